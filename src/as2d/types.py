@@ -1,0 +1,51 @@
+"""Dataclasses that cross module boundaries: windows in, per-window results and run stats out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+SAMPLE_RATE = 16_000  # every model here consumes 16 kHz mono float32
+MAX_WINDOW_S = 30.0  # Whisper's receptive field: N_SAMPLES = 30 s * 16 kHz = 480_000
+
+
+@dataclass(frozen=True)
+class Window:
+    """One piece of the input audio, decoded independently.
+
+    Attributes:
+        index: position of the window in its recording, from 0.
+        start: start time in the recording, seconds.
+        end: end time in the recording, seconds.
+        audio: [samples] float32 at SAMPLE_RATE; at most MAX_WINDOW_S long.
+    """
+
+    index: int
+    start: float
+    end: float
+    audio: np.ndarray = field(repr=False)
+
+
+@dataclass
+class WindowResult:
+    """What the target produced for one window, with its timings."""
+
+    index: int
+    start: float
+    end: float
+    text: str
+    token_ids: list[int]  # output tokens, without prompt or end-of-text
+    encode_s: float  # audio features + encoder forward
+    decode_s: float  # prefill of the prompt + every decoder step
+
+
+@dataclass
+class RunStats:
+    """Pooled figures for one recording (model loading and warm-up excluded)."""
+
+    wall_s: float  # start of the first window to end of the last
+    audio_s: float
+    tokens: int
+    tokens_per_s: float
+    rtf: float  # wall_s / audio_s
