@@ -1,0 +1,144 @@
+"""The `as2d` command: parse arguments, build Options, call the library. No decoding logic here.
+
+Exit codes: 0 when every file was transcribed; 1 when some files failed and others did not;
+2 for bad usage (unknown model, unwritable output directory, bad arguments) or when every
+file failed. Each failure is one line on stderr; set AS2D_DEBUG=1 for a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from tqdm import tqdm
+
+from as2d.api import METHODS, TASKS, Options, Transcriber
+from as2d.audio.load import AudioError, audio_duration
+from as2d.models.bundled import ModelNotFoundError, bundled_names, is_cached
+from as2d.writers import FORMATS, FileResult, output_path, render, write_atomic
+
+EXIT_OK, EXIT_SOME_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(Exception):
+    """A problem with the command line itself: nothing was transcribed."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="as2d", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("transcribe", help="transcribe (or translate) audio files")
+    run.add_argument("files", nargs="+", metavar="FILE", help="wav/flac/ogg/mp3/m4a files")
+    run.add_argument("--target", default="whisper-base", help="bundled name, directory or HF id")
+    run.add_argument("--method", default="target", choices=METHODS)
+    run.add_argument("--language", default=None, help="e.g. en; default: detect (multilingual)")
+    run.add_argument("--task", default="transcribe", choices=TASKS)
+    run.add_argument("--format", default="txt", choices=FORMATS)
+    run.add_argument("-o", "--output-dir", type=Path, help="write FILE.<format> here")
+    run.add_argument("--threads", type=int, default=None, help="torch threads for the target")
+    run.add_argument("--skip-existing", action="store_true", help="skip files already written")
+    run.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    commands.add_parser("models", help="list the bundled models and whether they are cached")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "models":
+            return list_models()
+        return transcribe_files(args)
+    except (UsageError, ModelNotFoundError) as err:
+        return fail(str(err), EXIT_USAGE)
+    except KeyboardInterrupt:
+        return fail("interrupted", 130)
+
+
+def fail(message: str, code: int) -> int:
+    print(f"as2d: error: {message}", file=sys.stderr)
+    return code
+
+
+def list_models() -> int:
+    for name in bundled_names():
+        print(f"{name}\t{'cached' if is_cached(name) else 'not cached (built on first use)'}")
+    return EXIT_OK
+
+
+def transcribe_files(args: argparse.Namespace) -> int:
+    out_dir = prepare_output_dir(args.output_dir, args.skip_existing)
+    if args.threads is not None and args.threads < 1:
+        raise UsageError("--threads must be at least 1")
+    options = Options(args.target, args.method, args.language, args.task, args.threads)
+    todo = [f for f in args.files if not (out_dir and skip(f, out_dir, args))]
+    if not todo:
+        return EXIT_OK
+    try:
+        transcriber = Transcriber(options)
+    except ValueError as err:
+        raise UsageError(str(err)) from err
+    failed = sum(not transcribe_one(transcriber, f, out_dir, args) for f in todo)
+    if failed == 0:
+        return EXIT_OK
+    return EXIT_USAGE if failed == len(todo) else EXIT_SOME_FAILED
+
+
+def prepare_output_dir(out_dir: Path | None, skip_existing: bool) -> Path | None:
+    if out_dir is None:
+        if skip_existing:
+            raise UsageError("--skip-existing needs --output-dir")
+        return None
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UsageError(f"cannot create output directory {out_dir}: {err.strerror}") from err
+    if not os.access(out_dir, os.W_OK | os.X_OK):
+        raise UsageError(f"output directory {out_dir} is not writable")
+    return out_dir
+
+
+def skip(file: str, out_dir: Path, args: argparse.Namespace) -> bool:
+    return bool(args.skip_existing and output_path(file, out_dir, args.format).exists())
+
+
+def transcribe_one(
+    transcriber: Transcriber, file: str, out_dir: Path | None, args: argparse.Namespace
+) -> bool:
+    """Transcribe one file and write or print it; report a failure in one line."""
+    try:
+        result = run_with_progress(transcriber, file, args.no_progress)
+        content = render(result, args.format)
+        if out_dir is None:
+            sys.stdout.write(content)
+            sys.stdout.flush()
+        else:
+            write_atomic(output_path(file, out_dir, args.format), content)
+    except (AudioError, OSError, ValueError) as err:
+        fail(f"{file}: {err}", EXIT_USAGE)
+        if os.environ.get("AS2D_DEBUG"):
+            raise
+        return False
+    s = result.stats
+    print(
+        f"{file}: {s.audio_s:.1f} s of audio in {s.wall_s:.2f} s "
+        f"(RTF {s.rtf:.3f}, {s.tokens_per_s:.1f} tokens/s, {s.tokens} tokens)",
+        file=sys.stderr,
+    )
+    return True
+
+
+def run_with_progress(transcriber: Transcriber, file: str, quiet: bool) -> FileResult:
+    total = audio_duration(file)
+    run = transcriber.transcribe(file)
+    with tqdm(total=round(total, 1), unit="s", desc=Path(file).name, disable=quiet or None) as bar:
+        for window in run:
+            bar.update(round(window.end - bar.n, 1))
+    options = transcriber.options
+    return FileResult(file, options.method, options.target, None, run.results, run.stats)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

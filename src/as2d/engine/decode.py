@@ -1,0 +1,28 @@
+"""Decode loops over one window: target-only greedy decoding (the baseline every method must equal)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from as2d.engine.target import Target
+
+
+def greedy_target_only(target: Target, encoded: object, prompt: Sequence[int]) -> list[int]:
+    """Plain greedy decoding with the KV cache: one target forward per output token.
+
+    Args:
+        target: the model, its cache reset by `prefill`.
+        encoded: the window's encoder output from `target.encode`.
+        prompt: the decoder prompt (e.g. Whisper's start-of-transcript sequence).
+
+    Returns:
+        The output token ids, without prompt or end-of-text.
+    """
+    scores = target.prefill(encoded, prompt)  # [V]
+    tokens: list[int] = []
+    while True:
+        token = int(scores.argmax())
+        if token in target.eot_ids or target.length >= target.max_length:
+            return tokens
+        tokens.append(token)
+        scores = target.forward([token])[-1]

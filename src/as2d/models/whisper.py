@@ -1,0 +1,230 @@
+"""Whisper as a target: encoder once per window, then a lean decoder with a static KV cache.
+
+The decoder re-uses the weights of a `transformers` `WhisperForConditionalGeneration` but runs
+its own forward pass, because speculative decoding needs two things the stock forward makes
+expensive: a verify pass of k tokens that costs about as much as one token, and a rollback of
+the KV cache that is free. Here the self-attention cache is a preallocated tensor and rollback
+moves a length pointer. Greedy output is the same as `model.generate` (tests guard it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from transformers import WhisperFeatureExtractor, WhisperForConditionalGeneration
+
+from as2d.models.tokenizer import WhisperTokenizer
+from as2d.types import MAX_WINDOW_S, SAMPLE_RATE
+
+N_SAMPLES = int(MAX_WINDOW_S * SAMPLE_RATE)  # 480_000 samples = 3000 mel frames = 1500 encoder frames
+
+
+@dataclass(frozen=True)
+class _Linear:
+    """A linear layer stored as `x @ weight_t + bias`: faster than F.linear for few rows here."""
+
+    weight_t: torch.Tensor  # [in, out], contiguous
+    bias: torch.Tensor | None  # [out]
+
+    @classmethod
+    def of(cls, layer: torch.nn.Linear) -> _Linear:
+        bias = None if layer.bias is None else layer.bias.detach()
+        return cls(layer.weight.detach().t().contiguous(), bias)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.bias is None:
+            return x @ self.weight_t
+        return torch.addmm(self.bias, x, self.weight_t)
+
+
+@dataclass(frozen=True)
+class _LayerNorm:
+    weight: torch.Tensor
+    bias: torch.Tensor
+    eps: float
+
+    @classmethod
+    def of(cls, norm: torch.nn.LayerNorm) -> _LayerNorm:
+        return cls(norm.weight.detach(), norm.bias.detach(), norm.eps)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return F.layer_norm(x, x.shape[-1:], self.weight, self.bias, self.eps)
+
+
+@dataclass(frozen=True)
+class _Attention:
+    q: _Linear
+    k: _Linear
+    v: _Linear
+    out: _Linear
+
+    @classmethod
+    def of(cls, attn: torch.nn.Module) -> _Attention:
+        return cls(*(_Linear.of(getattr(attn, n)) for n in ("q_proj", "k_proj", "v_proj", "out_proj")))
+
+
+@dataclass(frozen=True)
+class _DecoderLayer:
+    self_norm: _LayerNorm
+    self_attn: _Attention
+    cross_norm: _LayerNorm
+    cross_attn: _Attention
+    mlp_norm: _LayerNorm
+    fc1: _Linear
+    fc2: _Linear
+
+    @classmethod
+    def of(cls, layer: torch.nn.Module) -> _DecoderLayer:
+        return cls(
+            _LayerNorm.of(layer.self_attn_layer_norm),
+            _Attention.of(layer.self_attn),
+            _LayerNorm.of(layer.encoder_attn_layer_norm),
+            _Attention.of(layer.encoder_attn),
+            _LayerNorm.of(layer.final_layer_norm),
+            _Linear.of(layer.fc1),
+            _Linear.of(layer.fc2),
+        )
+
+
+@dataclass
+class EncodedAudio:
+    """The encoder's output for one window, ready for the decoder."""
+
+    hidden: torch.Tensor  # [1500, d_model]
+
+
+class WhisperTarget:
+    """Greedy-decoding target around a Whisper model: prefill, forward k tokens, roll back.
+
+    Scores returned by `prefill` and `forward` already carry Whisper's token suppression
+    (`suppress_tokens` at every position, `begin_suppress_tokens` at the first output
+    position), so the greedy token is their argmax, as in `model.generate`.
+    """
+
+    def __init__(self, model: WhisperForConditionalGeneration, tokenizer: WhisperTokenizer) -> None:
+        config = model.config
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.eot_ids = frozenset({tokenizer.eot})
+        self.max_length = config.max_target_positions  # 448 decoder positions
+        self.n_heads = config.decoder_attention_heads
+        self.head_dim = config.d_model // self.n_heads
+        self.features = WhisperFeatureExtractor(feature_size=config.num_mel_bins)
+        decoder = model.model.decoder
+        self.embed_tokens = decoder.embed_tokens.weight.detach()  # [V, d]
+        self.embed_positions = decoder.embed_positions.weight.detach()  # [448, d]
+        self.layers = [_DecoderLayer.of(layer) for layer in decoder.layers]
+        self.final_norm = _LayerNorm.of(decoder.layer_norm)
+        self.proj_t = model.proj_out.weight.detach().t().contiguous()  # [d, V]
+        self.suppress, self.begin_suppress = _suppression(model, self.proj_t.shape[1])
+        shape = (len(self.layers), self.n_heads, self.max_length, self.head_dim)
+        self.self_k = torch.zeros(shape, dtype=self.proj_t.dtype)  # [L, H, T, Dh]
+        self.self_v = torch.zeros(shape, dtype=self.proj_t.dtype)
+        self.cross_kv: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self.length = 0  # positions held in the self-attention cache
+        self.prompt_length = 0
+
+    @torch.inference_mode()
+    def encode(self, audio: np.ndarray) -> EncodedAudio:
+        """Log-mel features of a ≤ 30 s window (padded to 30 s) and the encoder forward."""
+        feats = self.features(
+            audio[:N_SAMPLES], sampling_rate=SAMPLE_RATE, return_tensors="pt"
+        ).input_features  # [1, n_mels, 3000]
+        feats = feats.to(self.proj_t.dtype)
+        hidden = self.model.model.encoder(feats).last_hidden_state[0]  # [1500, d]
+        return EncodedAudio(hidden)
+
+    @torch.inference_mode()
+    def prefill(self, encoded: EncodedAudio, prompt: Sequence[int]) -> torch.Tensor:
+        """Start a window: cross-attention keys/values, then the prompt. Returns [V] scores."""
+        self.cross_kv = [
+            (self._heads(layer.cross_attn.k(encoded.hidden)), self._heads(layer.cross_attn.v(encoded.hidden)))
+            for layer in self.layers
+        ]
+        self.length = 0
+        self.prompt_length = len(prompt)
+        return self.forward(prompt)[-1]
+
+    @torch.inference_mode()
+    def forward(self, tokens: Sequence[int]) -> torch.Tensor:
+        """Append `tokens` to the cache; return the scores for the position after each: [n, V]."""
+        n, start = len(tokens), self.length
+        if start + n > self.max_length:
+            raise ValueError(f"decoder context full: {start} + {n} > {self.max_length}")
+        ids = torch.tensor(tokens, dtype=torch.long)
+        x = self.embed_tokens[ids] + self.embed_positions[start : start + n]  # [n, d]
+        mask = _causal_mask(n, start)
+        for i, layer in enumerate(self.layers):
+            x = x + self._self_attention(i, layer, layer.self_norm(x), start, mask)
+            x = x + self._cross_attention(i, layer, layer.cross_norm(x))
+            x = x + layer.fc2(F.gelu(layer.fc1(layer.mlp_norm(x))))
+        self.length = start + n
+        scores = self.final_norm(x) @ self.proj_t  # [n, V]
+        return self._suppress(scores, start)
+
+    @torch.inference_mode()
+    def detect_language(self, encoded: EncodedAudio) -> str:
+        """The most likely language code after `<|startoftranscript|>` (multilingual models)."""
+        codes = self.tokenizer.languages
+        ids = torch.tensor(list(codes.values()))
+        scores = self.prefill(encoded, [self.tokenizer.sot])  # [V]
+        return list(codes)[int(scores[ids].argmax())]
+
+    def rollback(self, length: int) -> None:
+        """Forget every cached position from `length` on (a rejected verify suffix)."""
+        if not self.prompt_length <= length <= self.length:
+            raise ValueError(f"cannot roll back to {length} (holding {self.length})")
+        self.length = length
+
+    def _self_attention(
+        self, i: int, layer: _DecoderLayer, x: torch.Tensor, start: int, mask: torch.Tensor | None
+    ) -> torch.Tensor:
+        end = start + x.shape[0]
+        self.self_k[i, :, start:end] = self._heads(layer.self_attn.k(x))
+        self.self_v[i, :, start:end] = self._heads(layer.self_attn.v(x))
+        q = self._heads(layer.self_attn.q(x))  # [H, n, Dh]
+        out = F.scaled_dot_product_attention(
+            q, self.self_k[i, :, :end], self.self_v[i, :, :end], attn_mask=mask
+        )
+        return layer.self_attn.out(self._merge(out))
+
+    def _cross_attention(self, i: int, layer: _DecoderLayer, x: torch.Tensor) -> torch.Tensor:
+        k, v = self.cross_kv[i]  # [H, 1500, Dh]
+        out = F.scaled_dot_product_attention(self._heads(layer.cross_attn.q(x)), k, v)
+        return layer.cross_attn.out(self._merge(out))
+
+    def _heads(self, x: torch.Tensor) -> torch.Tensor:
+        """[n, d] -> [H, n, Dh]"""
+        return x.view(x.shape[0], self.n_heads, self.head_dim).transpose(0, 1)
+
+    def _merge(self, x: torch.Tensor) -> torch.Tensor:
+        """[H, n, Dh] -> [n, d]"""
+        return x.transpose(0, 1).reshape(x.shape[1], -1)
+
+    def _suppress(self, scores: torch.Tensor, start: int) -> torch.Tensor:
+        scores[:, self.suppress] = -torch.inf
+        first = self.prompt_length - 1 - start  # row that predicts the first output token
+        if 0 <= first < scores.shape[0]:
+            scores[first, self.begin_suppress] = -torch.inf
+        return scores
+
+
+def _causal_mask(n: int, start: int) -> torch.Tensor | None:
+    """[n, start + n] boolean mask: new token i sees cached positions and new tokens ≤ i."""
+    if n == 1:
+        return None
+    return torch.ones(n, start + n, dtype=torch.bool).tril(diagonal=start)
+
+
+def _suppression(
+    model: WhisperForConditionalGeneration, vocab: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token ids that greedy decoding never emits, everywhere and at the first position."""
+    gen = model.generation_config
+    always = [t for t in (gen.suppress_tokens or []) if t < vocab]
+    begin = [t for t in (gen.begin_suppress_tokens or []) if t < vocab]
+    return torch.tensor(always, dtype=torch.long), torch.tensor(begin, dtype=torch.long)

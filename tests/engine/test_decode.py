@@ -1,0 +1,57 @@
+"""The lean Whisper decoder and the target-only loop against transformers' own forward."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from as2d.engine.decode import greedy_target_only
+from as2d.models.whisper import WhisperTarget
+
+
+def _audio(seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(16_000 * 3).astype(np.float32) * 0.1
+
+
+def _reference_scores(target: WhisperTarget, audio: np.ndarray, ids: list[int]) -> torch.Tensor:
+    """transformers' full forward without a cache: [len(ids), V] logits."""
+    feats = target.features(audio, sampling_rate=16_000, return_tensors="pt").input_features
+    with torch.inference_mode():
+        out = target.model(input_features=feats, decoder_input_ids=torch.tensor([ids]))
+    return out.logits[0]
+
+
+def test_forward_matches_transformers(tiny_random_whisper, english_tokenizer):
+    target = WhisperTarget(tiny_random_whisper, english_tokenizer)
+    audio = _audio(1)
+    ids = [english_tokenizer.sot, english_tokenizer.no_timestamps, 464, 2068, 7586, 21831]
+    target.prefill(target.encode(audio), ids[:2])
+    ours = target.forward(ids[2:])  # one pass of 4 tokens over a cache of 2
+    reference = _reference_scores(target, audio, ids)[2:]  # rows after ids[2..5]
+    torch.testing.assert_close(ours, reference, rtol=1e-4, atol=1e-4)
+
+
+def test_rollback_then_forward_gives_the_same_scores(tiny_random_whisper, english_tokenizer):
+    target = WhisperTarget(tiny_random_whisper, english_tokenizer)
+    encoded = target.encode(_audio(2))
+    prompt = [english_tokenizer.sot, english_tokenizer.no_timestamps]
+    target.prefill(encoded, prompt)
+    first = target.forward([464, 2068, 7586]).clone()
+    target.rollback(len(prompt) + 1)  # keep 464, reject the rest
+    again = target.forward([2068, 7586])
+    torch.testing.assert_close(again, first[1:], rtol=1e-5, atol=1e-5)
+    assert target.length == len(prompt) + 3
+
+
+def test_greedy_equals_recomputed_greedy(tiny_random_whisper, english_tokenizer):
+    """Each token equals the argmax of a cache-free forward over the whole sequence."""
+    target = WhisperTarget(tiny_random_whisper, english_tokenizer)
+    audio = _audio(3)
+    prompt = [english_tokenizer.sot, english_tokenizer.no_timestamps]
+    tokens = greedy_target_only(target, target.encode(audio), prompt)
+    assert len(prompt) + len(tokens) <= target.max_length
+    scores = _reference_scores(target, audio, prompt + tokens)
+    expected = scores[len(prompt) - 1 :].argmax(-1).tolist()
+    assert tokens == expected[: len(tokens)]
+    if len(prompt) + len(tokens) < target.max_length:
+        assert expected[len(tokens)] == english_tokenizer.eot
