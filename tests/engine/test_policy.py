@@ -1,0 +1,152 @@
+"""Budget policy: cost model, acceptance estimate, and the k that maximises tokens per second."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from as2d.drafting.sources import Candidate
+from as2d.engine.policy import (
+    AcceptanceEstimate,
+    AutoBudget,
+    BudgetPolicy,
+    CostModel,
+    FixedBudget,
+    choose_budget,
+    expected_tokens,
+)
+
+COST = CostModel((1.0, 1.1, 1.2, 1.6))  # seconds per pass for k = 0..3
+
+
+# --- expected tokens and the choice of k ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("alpha", "k", "tokens"),
+    [(0.5, 2, 1.75), (1.0, 3, 4.0), (0.0, 5, 1.0), (0.9, 0, 1.0), (0.8, 1, 1.8)],
+)
+def test_expected_tokens(alpha: float, k: int, tokens: float) -> None:
+    assert expected_tokens(alpha, k) == pytest.approx(tokens)
+
+
+@pytest.mark.parametrize(
+    ("alpha", "available", "k"),
+    [
+        (0.5, 3, 2),  # rates 1/1.0, 1.5/1.1 = 1.36, 1.75/1.2 = 1.46, 1.875/1.6 = 1.17
+        (0.9, 3, 2),  # 1.9/1.1 = 1.73, 2.71/1.2 = 2.26, 3.439/1.6 = 2.15
+        (1.0, 3, 2),  # 3/1.2 = 4/1.6 = 2.5: a tie goes to the smaller k
+        (0.05, 3, 0),  # 1.05/1.1 = 0.95 < 1: a plain step is best
+        (0.9, 1, 1),  # the candidate has one token
+        (0.9, 0, 0),  # no candidate
+    ],
+)
+def test_choose_budget(alpha: float, available: int, k: int) -> None:
+    assert choose_budget(alpha, COST, available) == k
+
+
+def test_choose_budget_never_exceeds_the_cost_model() -> None:
+    flat = CostModel((1.0, 1.01, 1.02, 1.03))
+    assert choose_budget(1.0, flat, available=10) == 3
+
+
+# --- cost model -----------------------------------------------------------------------
+
+
+def test_cost_fit_takes_medians_and_interpolates() -> None:
+    cost = CostModel.fit({0: [0.010, 0.012, 0.011], 4: [0.015], 6: []}, max_k=5)
+    assert cost.latency_s == pytest.approx((0.011, 0.012, 0.013, 0.014, 0.015, 0.015))
+    assert cost.max_k == 5
+    assert cost[2] == pytest.approx(0.013)
+
+
+def test_cost_fit_holds_the_nearest_value_outside_the_measured_range() -> None:
+    cost = CostModel.fit({2: [0.02], 3: [0.03]}, max_k=4)
+    assert cost.latency_s == pytest.approx((0.02, 0.02, 0.02, 0.03, 0.03))
+
+
+def test_cost_save_load_round_trip(tmp_path: Path) -> None:
+    path = tmp_path / "cost.json"
+    COST.save(path)
+    assert CostModel.load(path) == COST
+
+
+@pytest.mark.parametrize("latency", [(), (0.01, 0.0), (-1.0,)])
+def test_cost_rejects_empty_or_non_positive(latency: tuple[float, ...]) -> None:
+    with pytest.raises(ValueError):
+        CostModel(latency)
+
+
+def test_cost_fit_needs_a_measurement() -> None:
+    with pytest.raises(ValueError):
+        CostModel.fit({3: []}, max_k=3)
+
+
+# --- acceptance estimate --------------------------------------------------------------
+
+
+def test_acceptance_estimate_hand_computed() -> None:
+    est = AcceptanceEstimate(prior=0.5, prior_weight=1.0, decay=0.5)
+    assert est.alpha("drafter") == 0.5
+    est.update("drafter", accepted=3, proposed=4)  # 3 kept of 4 tested
+    assert est.alpha("drafter") == pytest.approx((3 + 0.5) / (4 + 1))
+    est.update("drafter", accepted=4, proposed=4)  # 4 of 4: decayed 1.5 + 4 of 2 + 4
+    assert est.alpha("drafter") == pytest.approx((5.5 + 0.5) / (6 + 1))
+    assert est.alpha("prompt") == 0.5  # per source
+
+
+def test_acceptance_estimate_counts_only_tested_tokens() -> None:
+    est = AcceptanceEstimate(prior=0.5, prior_weight=1e-9, decay=1.0)
+    for _ in range(10):
+        est.update("s", accepted=1, proposed=8)  # 1 kept, 1 rejected, 6 never tested
+    assert est.alpha("s") == pytest.approx(0.5)
+
+
+def test_acceptance_estimate_ignores_empty_verifies_and_keeps_a_floor() -> None:
+    est = AcceptanceEstimate(prior=0.5, prior_weight=2.0, decay=0.9)
+    est.update("s", accepted=0, proposed=0)
+    assert est.alpha("s") == 0.5
+    for _ in range(200):
+        est.update("s", accepted=0, proposed=4)
+    assert est.alpha("s") == pytest.approx(1.0 / (10.0 + 2.0), rel=1e-6)  # prior / (EMA + 2)
+
+
+# --- policies -------------------------------------------------------------------------
+
+
+def test_fixed_budget() -> None:
+    policy: BudgetPolicy = FixedBudget(4)
+    assert policy.choose(candidate_len=7, source="drafter") == 4
+    assert policy.choose(candidate_len=2, source="drafter") == 2
+    short, long = Candidate((1, 2), "prompt"), Candidate((1, 2, 3, 4, 5), "drafter")
+    assert policy.pick([short, long]) == (long, 4)
+    assert policy.pick([]) == (None, 0)
+    assert FixedBudget(0).pick([long]) == (None, 0)  # k = 0 is target-only decoding
+
+
+def test_auto_budget_follows_the_acceptance_rate() -> None:
+    cost = CostModel((1.0, 1.05, 1.1, 1.15, 1.2))
+    policy = AutoBudget(cost, AcceptanceEstimate(prior=0.5))
+    assert policy.choose(candidate_len=8, source="drafter") == 3  # 1.875/1.15 is the best
+    for _ in range(30):
+        policy.observe("drafter", accepted=4, proposed=4)
+    assert policy.choose(candidate_len=8, source="drafter") == 4
+    assert policy.choose(candidate_len=2, source="drafter") == 2
+
+
+def test_auto_budget_probes_a_declined_source() -> None:
+    policy = AutoBudget(CostModel((1.0, 1.5, 2.0)), probe_every=3)  # prior 0.5: 1.5/1.5 ties
+    assert [policy.choose(4, "prompt") for _ in range(7)] == [0, 0, 1, 0, 0, 1, 0]
+    policy.observe("prompt", accepted=0, proposed=1)  # resets the count of declines
+    assert [policy.choose(4, "prompt") for _ in range(3)] == [0, 0, 1]
+
+
+def test_auto_budget_picks_the_best_source() -> None:
+    policy = AutoBudget(CostModel((1.0, 1.05, 1.1, 1.15, 1.2)))
+    for _ in range(20):
+        policy.observe("drafter", accepted=4, proposed=4)
+        policy.observe("prompt", accepted=0, proposed=4)
+    drafter, prompt = Candidate((1, 2, 3, 4), "drafter"), Candidate((5, 6, 7, 8), "prompt")
+    assert policy.pick([prompt, drafter]) == (drafter, 4)
+    assert policy.pick([]) == (None, 0)
