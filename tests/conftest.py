@@ -37,5 +37,6 @@ def tiny_random_whisper(english_tokenizer: WhisperTokenizer) -> WhisperForCondit
         max_target_positions=48,
         eos_token_id=english_tokenizer.eot,
         decoder_start_token_id=english_tokenizer.sot,
+        init_std=0.5,  # varied greedy output (0.02 repeats one token)
     )
     return WhisperForConditionalGeneration(config).eval()

@@ -141,10 +141,14 @@ class WhisperTarget:
     @torch.inference_mode()
     def prefill(self, encoded: EncodedAudio, prompt: Sequence[int]) -> torch.Tensor:
         """Start a window: cross-attention keys/values, then the prompt. Returns [V] scores."""
+        scale = self.head_dim**-0.5
         self.cross_kv = [
-            (self._heads(layer.cross_attn.k(encoded.hidden)), self._heads(layer.cross_attn.v(encoded.hidden)))
+            (
+                (self._heads(layer.cross_attn.k(encoded.hidden)) * scale).transpose(1, 2).contiguous(),
+                self._heads(layer.cross_attn.v(encoded.hidden)).contiguous(),
+            )
             for layer in self.layers
-        ]
+        ]  # per layer: keys [H, Dh, 1500] pre-scaled and transposed, values [H, 1500, Dh]
         self.length = 0
         self.prompt_length = len(prompt)
         return self.forward(prompt)[-1]
@@ -186,15 +190,17 @@ class WhisperTarget:
         end = start + x.shape[0]
         self.self_k[i, :, start:end] = self._heads(layer.self_attn.k(x))
         self.self_v[i, :, start:end] = self._heads(layer.self_attn.v(x))
-        q = self._heads(layer.self_attn.q(x))  # [H, n, Dh]
-        out = F.scaled_dot_product_attention(
-            q, self.self_k[i, :, :end], self.self_v[i, :, :end], attn_mask=mask
-        )
+        q = self._heads(layer.self_attn.q(x)) * self.head_dim**-0.5  # [H, n, Dh]
+        weights = q @ self.self_k[i, :, :end].transpose(1, 2)  # [H, n, end]
+        if mask is not None:
+            weights = weights.masked_fill(mask, -torch.inf)
+        out = weights.softmax(-1) @ self.self_v[i, :, :end]  # [H, n, Dh]
         return layer.self_attn.out(self._merge(out))
 
     def _cross_attention(self, i: int, layer: _DecoderLayer, x: torch.Tensor) -> torch.Tensor:
-        k, v = self.cross_kv[i]  # [H, 1500, Dh]
-        out = F.scaled_dot_product_attention(self._heads(layer.cross_attn.q(x)), k, v)
+        keys_t, values = self.cross_kv[i]
+        weights = self._heads(layer.cross_attn.q(x)) @ keys_t  # [H, n, 1500]
+        out = weights.softmax(-1) @ values  # [H, n, Dh]
         return layer.cross_attn.out(self._merge(out))
 
     def _heads(self, x: torch.Tensor) -> torch.Tensor:
@@ -214,10 +220,10 @@ class WhisperTarget:
 
 
 def _causal_mask(n: int, start: int) -> torch.Tensor | None:
-    """[n, start + n] boolean mask: new token i sees cached positions and new tokens ≤ i."""
+    """[n, start + n] boolean mask, True where new token i must not look (later new tokens)."""
     if n == 1:
         return None
-    return torch.ones(n, start + n, dtype=torch.bool).tril(diagonal=start)
+    return torch.ones(n, start + n, dtype=torch.bool).triu(diagonal=start + 1)
 
 
 def _suppression(
