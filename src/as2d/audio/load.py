@@ -1,0 +1,269 @@
+"""Read any audio file (or array) as 16 kHz mono float32, in blocks of bounded size.
+
+Every model in as2d consumes 16 kHz mono float32 (`SAMPLE_RATE`). libsndfile (through
+soundfile) reads wav/flac/ogg/mp3 and most uncompressed formats; PyAV (FFmpeg) decodes
+what libsndfile cannot (m4a/aac, opus in mp4/webm, ...). Channels are averaged and soxr
+resamples as a stream, so an hour-long file is never held in memory as float32: callers
+that can work block by block use `iter_audio_blocks`; `load_audio` is for short files.
+
+Any failure to read (missing file, a directory, not audio, truncated or corrupt data)
+raises `AudioError` with a one-line message; zero-length audio is not an error.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import av
+import numpy as np
+import soundfile as sf
+import soxr
+
+from as2d.types import SAMPLE_RATE
+
+AudioSource = str | Path | np.ndarray  # a file, or samples already at 16 kHz mono
+DEFAULT_BLOCK_S = 10.0  # 160_000 samples = 640 KB of float32 per block
+_EXACT_DURATION_FORMATS = ("mov", "mp4", "m4a", "matroska", "webm")  # indexed containers
+_TRUNCATION_SLACK_S = 0.5  # decoded audio may fall this short of an indexed duration
+
+
+class AudioError(Exception):
+    """Audio could not be read: missing file, not audio, truncated or corrupt data."""
+
+
+def iter_audio_blocks(
+    source: AudioSource, block_s: float = DEFAULT_BLOCK_S
+) -> Iterator[np.ndarray]:
+    """Yield the audio as consecutive 16 kHz mono float32 blocks.
+
+    Only one block (plus decoder and resampler state) is in memory at a time.
+
+    Args:
+        source: path of an audio file, or a 1-D array of 16 kHz mono samples.
+        block_s: about how many seconds each block holds (the last one may be shorter).
+
+    Returns:
+        An iterator of [samples] float32 arrays; none for zero-length audio.
+
+    Raises:
+        AudioError: at once for a missing path or a directory; while iterating for
+            data that is not audio, truncated or corrupt.
+    """
+    if block_s <= 0:
+        raise ValueError(f"block_s must be positive, got {block_s}")
+    if isinstance(source, np.ndarray):
+        return _array_blocks(_as_mono_16k(source), round(block_s * SAMPLE_RATE))
+    return _file_blocks(_checked_path(source), block_s)
+
+
+def load_audio(source: AudioSource, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
+    """Return a whole (short) recording as one 16 kHz mono float32 array.
+
+    Args:
+        source: path of an audio file, or a 1-D array of mono samples.
+        sample_rate: rate of `source` when it is an array; ignored for files.
+
+    Returns:
+        [samples] float32 at SAMPLE_RATE; empty for zero-length audio.
+
+    Raises:
+        AudioError: the file or array cannot be read as audio.
+    """
+    if isinstance(source, np.ndarray):
+        audio = _as_mono_16k(source)
+        if sample_rate == SAMPLE_RATE:
+            return audio
+        return soxr.resample(audio, sample_rate, SAMPLE_RATE).astype(np.float32, copy=False)
+    blocks = list(iter_audio_blocks(source))
+    return np.concatenate(blocks) if blocks else np.zeros(0, dtype=np.float32)
+
+
+def audio_duration(source: AudioSource) -> float:
+    """Return the duration in seconds, from the file's headers when it has them.
+
+    Args:
+        source: path of an audio file, or a 1-D array of 16 kHz mono samples.
+
+    Returns:
+        Duration in seconds (decodes the file only when no header states it).
+
+    Raises:
+        AudioError: the file cannot be read as audio.
+    """
+    if isinstance(source, np.ndarray):
+        return len(_as_mono_16k(source)) / SAMPLE_RATE
+    path = _checked_path(source)
+    try:
+        info = sf.info(str(path))
+    except sf.LibsndfileError:
+        pass
+    else:
+        if info.format != "MP3" or _mp3_states_length(path):
+            return info.frames / info.samplerate
+        return sum(len(block) for block in iter_audio_blocks(path)) / SAMPLE_RATE
+    with _open_av(path) as container:
+        stream = container.streams.audio[0]
+        if stream.duration is not None and stream.time_base is not None:
+            return float(stream.duration * stream.time_base)
+        if container.duration is not None:
+            return container.duration / av.time_base
+    return sum(len(block) for block in iter_audio_blocks(path)) / SAMPLE_RATE
+
+
+def _as_mono_16k(samples: np.ndarray) -> np.ndarray:
+    """Check that an array holds mono samples and return them as float32."""
+    if samples.ndim != 1:
+        raise AudioError(f"expected a 1-D array of mono samples, got shape {samples.shape}")
+    if samples.dtype == np.int16:
+        return samples.astype(np.float32) / 32768.0
+    if not np.issubdtype(samples.dtype, np.floating):
+        raise AudioError(f"expected float or int16 samples, got dtype {samples.dtype}")
+    return samples.astype(np.float32, copy=False)
+
+
+def _array_blocks(audio: np.ndarray, block_len: int) -> Iterator[np.ndarray]:
+    """Yield consecutive views of `audio`, `block_len` samples each."""
+    for start in range(0, len(audio), block_len):
+        yield audio[start : start + block_len]
+
+
+def _checked_path(source: str | Path) -> Path:
+    """Return `source` as a Path to an existing regular file, or raise AudioError."""
+    path = Path(source)
+    if path.is_dir():
+        raise AudioError(f"{path}: is a directory, not an audio file")
+    if not path.is_file():
+        raise AudioError(f"{path}: no such file")
+    return path
+
+
+def _file_blocks(path: Path, block_s: float) -> Iterator[np.ndarray]:
+    """Decode a file with libsndfile when it can, else with PyAV; resample to 16 kHz."""
+    try:
+        sound_file = sf.SoundFile(str(path))
+    except sf.LibsndfileError:
+        container = _open_av(path)
+        rate = container.streams.audio[0].sample_rate
+        chunks = _decode_av(container, path)
+    else:
+        rate, chunks = sound_file.samplerate, _sndfile_chunks(sound_file, block_s)
+    yield from _resampled(chunks, rate, round(block_s * rate))
+
+
+def _sndfile_chunks(sound_file: sf.SoundFile, block_s: float) -> Iterator[np.ndarray]:
+    """Yield mono float32 chunks at the file's own rate; check nothing is missing."""
+    name, expected = sound_file.name, sound_file.frames
+    block_len = round(block_s * sound_file.samplerate)
+    with sound_file:
+        if sound_file.format in ("WAV", "WAVEX") and _wav_is_truncated(Path(name)):
+            raise AudioError(f"{name}: truncated WAV (data chunk shorter than its header says)")
+        read = 0
+        try:
+            # read() rather than blocks(): blocks() pads a short file up to its header length
+            while len(chunk := sound_file.read(block_len, dtype="float32", always_2d=True)):
+                read += len(chunk)
+                yield chunk.mean(axis=1, dtype=np.float32)
+        except sf.LibsndfileError as error:
+            raise AudioError(f"{name}: corrupt audio after {read} frames ({error})") from error
+    exact = sound_file.format != "MP3" or _mp3_states_length(Path(name))
+    if exact and read < expected:
+        raise AudioError(f"{name}: truncated audio ({read} of {expected} frames)")
+
+
+def _wav_is_truncated(path: Path) -> bool:
+    """Whether a RIFF/WAVE file's data chunk is shorter than its header declares.
+
+    A size of 0 or 0xFFFFFFFF is what streaming writers leave behind; not truncation.
+    """
+    with path.open("rb") as file:
+        if file.read(12)[8:12] != b"WAVE":
+            return False
+        while len(header := file.read(8)) == 8:
+            chunk_id, size = struct.unpack("<4sI", header)
+            if chunk_id == b"data":
+                remaining = path.stat().st_size - file.tell()
+                return 0 < size < 0xFFFFFFFF and remaining < size
+            file.seek(size + (size & 1), 1)  # chunks are padded to an even size
+    return False
+
+
+def _mp3_states_length(path: Path) -> bool:
+    """Whether an MP3 file carries a Xing/Info/VBRI header, so its length is exact.
+
+    Without one, libsndfile estimates the length from the first frame's bit rate,
+    which can be twice the truth for variable bit rates.
+    """
+    with path.open("rb") as file:
+        head = file.read(10)
+        skip = 0
+        if head[:3] == b"ID3":  # an ID3v2 tag: 10 bytes, then a size in 4 bytes of 7 bits
+            skip = 10 + sum((byte & 0x7F) << (7 * (3 - i)) for i, byte in enumerate(head[6:10]))
+        file.seek(skip)
+        first_frame = file.read(200)  # the tag sits after the frame's side information
+    return any(tag in first_frame for tag in (b"Xing", b"Info", b"VBRI"))
+
+
+def _open_av(path: Path) -> av.container.InputContainer:
+    """Open a file with PyAV and check it has an audio stream, or raise AudioError."""
+    try:
+        container = av.open(str(path))
+    except (av.FFmpegError, UnicodeDecodeError) as error:
+        raise AudioError(f"{path}: not a readable audio file ({error})") from error
+    if not container.streams.audio or not container.streams.audio[0].sample_rate:
+        container.close()
+        raise AudioError(f"{path}: no audio stream in this file")
+    return container
+
+
+def _decode_av(container: av.container.InputContainer, path: Path) -> Iterator[np.ndarray]:
+    """Yield mono float32 chunks of the first audio stream; check nothing is missing."""
+    with container:
+        stream = container.streams.audio[0]
+        decoded = 0
+        try:
+            for frame in _float_frames(container, stream):
+                decoded += frame.samples
+                yield frame.to_ndarray().mean(axis=0, dtype=np.float32)
+        except av.FFmpegError as error:
+            raise AudioError(f"{path}: corrupt audio after {decoded} samples ({error})") from error
+        indexed = container.format.name.split(",")[0] in _EXACT_DURATION_FORMATS
+        if indexed and stream.duration is not None and stream.time_base is not None:
+            expected_s = float(stream.duration * stream.time_base)
+            if decoded / stream.sample_rate < expected_s - _TRUNCATION_SLACK_S:
+                got_s = decoded / stream.sample_rate
+                raise AudioError(f"{path}: truncated audio ({got_s:.2f} of {expected_s:.2f} s)")
+
+
+def _float_frames(
+    container: av.container.InputContainer, stream: av.AudioStream
+) -> Iterator[av.AudioFrame]:
+    """Decode `stream` into planar float frames at the stream's nominal rate."""
+    to_float = av.AudioResampler(format="fltp", rate=stream.sample_rate)
+    for frame in container.decode(stream):
+        yield from to_float.resample(frame)
+    yield from to_float.resample(None)  # flush what the converter still holds
+
+
+def _resampled(chunks: Iterable[np.ndarray], rate: int, block_len: int) -> Iterator[np.ndarray]:
+    """Gather mono chunks at `rate` into blocks of ~`block_len` and resample them to 16 kHz."""
+    stream = (
+        None if rate == SAMPLE_RATE else soxr.ResampleStream(rate, SAMPLE_RATE, 1, dtype="float32")
+    )
+    pending: list[np.ndarray] = []
+    pending_len = 0
+    for chunk in chunks:
+        pending.append(chunk)
+        pending_len += len(chunk)
+        if pending_len >= block_len:
+            block = np.concatenate(pending)
+            pending, pending_len = [], 0
+            block = block if stream is None else stream.resample_chunk(block)
+            if len(block):
+                yield block
+    tail = np.concatenate(pending) if pending else np.zeros(0, dtype=np.float32)
+    if stream is not None:
+        tail = stream.resample_chunk(tail, last=True)
+    if len(tail):
+        yield tail

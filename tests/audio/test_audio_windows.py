@@ -1,0 +1,122 @@
+"""as2d.audio.windows: windows of at most 30 s, cut in silence, covering all speech, streamed."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from itertools import pairwise
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from as2d.audio.windows import EDGE_PAD_S, SpeechWindower, _Cut, _pause_cut, iter_windows
+from as2d.types import MAX_WINDOW_S, SAMPLE_RATE, Window
+
+Reference = Callable[[np.ndarray, int], list[tuple[int, int]]]
+FRAME_S = 0.032
+LONG_EN = Path(__file__).parents[1] / "data" / "long_en.flac"
+
+
+def samples(seconds: float) -> int:
+    return round(seconds * SAMPLE_RATE)
+
+
+def check_layout(windows: list[Window], audio: np.ndarray, max_s: float) -> None:
+    """Windows are short enough, in order, disjoint, and hold their stretch of the audio."""
+    assert [w.index for w in windows] == list(range(len(windows)))
+    for window, after in pairwise(windows):
+        assert window.end <= after.start
+    for window in windows:
+        assert 0 < window.end - window.start <= max_s
+        piece = audio[samples(window.start) : samples(window.end)]
+        np.testing.assert_array_equal(window.audio, piece)
+
+
+def check_speech_covered(windows: list[Window], speech: list[tuple[int, int]]) -> None:
+    """Every speech segment lies inside the windows (to within one sample)."""
+    for start, end in speech:
+        inside = sum(
+            max(0, min(end, samples(w.end)) - max(start, samples(w.start))) for w in windows
+        )
+        assert inside >= end - start - 1, f"speech {start / SAMPLE_RATE:.2f} s not covered"
+
+
+def cuts_inside_speech(windows: list[Window], speech: list[tuple[int, int]]) -> list[Window]:
+    """Windows whose end falls strictly inside a speech segment (a cut through speech)."""
+    return [w for w in windows[:-1] if any(s < samples(w.end) < e for s, e in speech)]
+
+
+@pytest.mark.parametrize("recording", ["long_en", "joined_clips"])
+def test_windows_cut_in_silence_and_cover_all_speech(
+    recording: str, request: pytest.FixtureRequest, reference_speech: Reference
+) -> None:
+    audio = request.getfixturevalue(recording)
+    windows = list(iter_windows(audio))
+    speech = reference_speech(audio, 30)
+    check_layout(windows, audio, MAX_WINDOW_S)
+    check_speech_covered(windows, speech)
+    assert cuts_inside_speech(windows, speech) == []
+    starts = [samples(w.start) for w in windows[1:]]
+    assert not any(s < start < e for s, e in speech for start in starts)
+    assert len(windows) <= np.ceil(len(audio) / samples(MAX_WINDOW_S)) + 1  # utterances merged
+
+
+def test_short_windows_cut_inside_speech_only_without_a_pause(
+    long_en: np.ndarray, reference_speech: Reference
+) -> None:
+    windows = list(iter_windows(long_en, max_window_s=4.0))
+    speech = reference_speech(long_en, 30)
+    check_layout(windows, long_en, 4.0)
+    check_speech_covered(windows, speech)
+    through_speech = cuts_inside_speech(windows, speech)
+    assert 0 < len(through_speech) < len(windows) / 2
+    for window in through_speech:  # the cut run of speech began before the window did
+        run_start = next(s for s, e in speech if s < samples(window.end) < e)
+        assert run_start <= samples(window.start + EDGE_PAD_S + FRAME_S)
+
+
+def test_a_file_and_its_samples_give_the_same_windows(long_en: np.ndarray) -> None:
+    from_file = list(iter_windows(LONG_EN))
+    from_array = list(iter_windows(long_en))
+    assert len(from_file) == len(from_array) == 4
+    for a, b in zip(from_file, from_array, strict=True):
+        assert a.start == pytest.approx(b.start, abs=FRAME_S)
+        assert a.end == pytest.approx(b.end, abs=FRAME_S)
+
+
+def test_no_speech_no_windows() -> None:
+    noise = np.random.default_rng(0).normal(0, 1e-3, samples(20)).astype(np.float32)
+    assert list(iter_windows(np.zeros(samples(45), dtype=np.float32))) == []
+    assert list(iter_windows(noise)) == []
+    assert list(iter_windows(np.zeros(0, dtype=np.float32))) == []
+
+
+def test_buffer_stays_bounded_on_a_20_minute_recording(long_en: np.ndarray) -> None:
+    repeats = 11  # 11 x 111.6 s = 20.5 min, pushed in 10 s blocks, never joined
+    block = samples(10)
+    windower, windows, most_buffered = SpeechWindower(), [], 0.0
+    for _ in range(repeats):
+        for start in range(0, len(long_en), block):
+            windows += windower.push(long_en[start : start + block])
+            most_buffered = max(most_buffered, windower.buffered_s)
+    windows += windower.finish()
+    assert most_buffered <= MAX_WINDOW_S + 10 + 0.5  # one window + one block
+    assert repeats * 4 <= len(windows) <= repeats * 5
+    assert all(w.end - w.start <= MAX_WINDOW_S for w in windows)
+    assert windows[-1].end <= repeats * len(long_en) / SAMPLE_RATE
+
+
+def test_pause_cut_prefers_the_longest_pause_near_the_limit() -> None:
+    speech = [(0, 100), (200, 300), (900, 1000)]  # the docstring's example
+    assert _pause_cut(speech, limit=400, pad=20, max_len=400, total=2000) == _Cut(320, 600)
+    # pauses: 250 samples early on; 20 and 10 in the last third (after 333): 20 wins
+    near = [(0, 100), (350, 400), (420, 480), (490, 2000)]
+    assert _pause_cut(near, limit=500, pad=20, max_len=500, total=2000) == _Cut(410, 410)
+    early = [(0, 100), (300, 2000)]  # a single pause, far from the limit: still taken
+    assert _pause_cut(early, limit=500, pad=20, max_len=500, total=2000) == _Cut(120, 200)
+    assert _pause_cut([(0, 600)], limit=500, pad=20, max_len=500, total=2000) is None
+
+
+def test_window_length_is_checked() -> None:
+    with pytest.raises(ValueError, match="max_window_s"):
+        SpeechWindower(max_window_s=31.0)
