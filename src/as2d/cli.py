@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tqdm import tqdm
+from transformers.utils import logging as transformers_logging
 
 from as2d.api import METHODS, TASKS, Options, Transcriber
 from as2d.audio.load import AudioError, audio_duration
@@ -47,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    transformers_logging.disable_progress_bar()  # our own bar is the only one on stderr
     try:
         if args.command == "models":
             return list_models()
@@ -117,7 +119,7 @@ def transcribe_one(
         else:
             write_atomic(output_path(file, out_dir, args.format), content)
     except (AudioError, OSError, ValueError) as err:
-        fail(f"{file}: {err}", EXIT_USAGE)
+        fail(str(err) if isinstance(err, AudioError) else f"{file}: {err}", EXIT_USAGE)  # names the file
         if os.environ.get("AS2D_DEBUG"):
             raise
         return False
