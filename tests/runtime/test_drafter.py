@@ -1,0 +1,304 @@
+"""The drafter process: real drafters stream text, bad ones are noticed, the parent never waits."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+import soxr
+
+from as2d.models.bundled import ModelNotFoundError, ct2_dir
+from as2d.models.tokenizer import WhisperTokenizer
+from as2d.runtime.drafter import (
+    CRASH_EXIT_CODE,
+    DrafterProcess,
+    DrafterSpec,
+    DraftTokens,
+    _FrameReader,
+    _Outbox,
+    _publish,
+    _with_fault,
+)
+from as2d.types import SAMPLE_RATE, Window
+
+DATA = Path(__file__).parent.parent / "data"
+REFERENCE = "Welcome to Comedian Mail. First, I will guide you through a short setup process."
+CT2_TINY = "ct2:whisper-tiny.en"
+
+
+@pytest.fixture(scope="module")
+def clip() -> np.ndarray:
+    """vm-newuser.wav (8 kHz) at 16 kHz: [samples] float32, about 5 s."""
+    audio, rate = sf.read(DATA / "asterisk" / "en" / "vm-newuser.wav", dtype="float32")
+    return soxr.resample(audio, rate, SAMPLE_RATE).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def ct2_ready() -> None:
+    """Skips CTranslate2 tests when the bundled tiny.en CT2 model is not available."""
+    try:
+        ct2_dir("whisper-tiny.en")
+    except (ModelNotFoundError, OSError) as err:
+        pytest.skip(f"bundled CT2 tiny.en not available: {err}")
+
+
+def window(index: int, audio: np.ndarray) -> Window:
+    return Window(index, 0.0, len(audio) / SAMPLE_RATE, audio)
+
+
+def wait_for(
+    drafter: DrafterProcess, condition: Callable[[], bool], timeout: float = 120.0
+) -> None:
+    """Polls until `condition()` holds or the drafter is lost (fails after `timeout`)."""
+    deadline = time.perf_counter() + timeout
+    while not condition() and not drafter.lost:
+        assert time.perf_counter() < deadline, "drafter took too long"
+        drafter.poll()
+        time.sleep(0.005)
+
+
+def words(text: str) -> list[str]:
+    return re.sub(r"[^a-z ]", "", text.lower()).split()
+
+
+def close_to_reference(text: str) -> bool:
+    """At most 2 word differences from the reference, by position."""
+    got, want = words(text), words(REFERENCE)
+    return sum(a != b for a, b in zip(got, want, strict=False)) + abs(len(got) - len(want)) <= 2
+
+
+# ---------------------------------------------------------------- real drafters
+
+
+@pytest.mark.slow
+def test_torch_drafter_streams_text_token_by_token(clip: np.ndarray) -> None:
+    with DrafterProcess(DrafterSpec("whisper-tiny.en", threads=1)) as drafter:
+        drafter.submit(window(0, clip))
+        seen: set[str] = set()
+        deadline = time.perf_counter() + 120
+        while not drafter.done(0) and not drafter.lost and time.perf_counter() < deadline:
+            drafter.poll()
+            seen.add(drafter.text(0))
+            time.sleep(0.001)
+        assert not drafter.lost, drafter.reason
+        text = drafter.text(0)
+        assert close_to_reference(text), text
+        assert text.startswith(" "), "Whisper's leading space is kept"
+        assert len(seen) > 3, "text arrives while the window is being drafted"
+        assert all(text.startswith(s) for s in seen)
+        (interval,) = drafter.intervals
+        assert interval.index == 0 and interval.finished and interval.tokens >= 15
+        assert 0 < interval.encode_s < interval.end - interval.start == drafter.busy_s
+        assert drafter.windows_drafted == 1
+
+
+@pytest.mark.slow
+def test_ct2_drafter_publishes_the_window_text(clip: np.ndarray, ct2_ready: None) -> None:
+    with DrafterProcess(DrafterSpec(CT2_TINY, threads=1)) as drafter:
+        drafter.submit(window(0, clip))
+        wait_for(drafter, lambda: drafter.done(0))
+        assert not drafter.lost, drafter.reason
+        assert close_to_reference(drafter.text(0)), drafter.text(0)
+        assert drafter.intervals[0].tokens >= 15
+        start = time.perf_counter()  # the child's times are on the parent's clock
+        assert start - 60 < drafter.intervals[0].start < drafter.intervals[0].end <= start
+
+
+@pytest.mark.slow
+def test_lookahead_bound_and_memory_released(clip: np.ndarray, ct2_ready: None) -> None:
+    spec = DrafterSpec(CT2_TINY, lookahead=1)
+    short = clip[: SAMPLE_RATE // 2]
+    with DrafterProcess(spec) as drafter:
+        assert [drafter.wants(i) for i in range(3)] == [True, True, False]
+        drafter.submit(window(0, short))
+        drafter.submit(window(1, short))
+        assert not drafter.wants(1), "already submitted"
+        assert not drafter.wants(2), "target on window 0: only 1 window ahead"
+        with pytest.raises(ValueError, match="not wanted"):
+            drafter.submit(window(2, short))
+        for index in range(2, 5):  # the target finishes a window, the drafter gets the next
+            wait_for(drafter, lambda: drafter.done(index - 2))  # noqa: B023
+            drafter.release(index - 2)
+            assert drafter.text(index - 2) == "" and not drafter.done(index - 2)
+            assert drafter.wants(index) and not drafter.wants(index + 1)
+            drafter.submit(window(index, short))
+            assert drafter.held_windows == 2
+        drafter.release(4)  # the target is done before the drafter: window 3 skipped or dropped
+        assert drafter.held_windows == 0
+        time.sleep(0.5)
+        drafter.poll()
+        assert drafter.held_windows == 0, "late messages do not bring windows back"
+        assert not drafter.lost, drafter.reason
+        assert drafter.windows_drafted >= 3
+
+
+@pytest.mark.slow
+def test_crashing_drafter_is_lost_without_raising(clip: np.ndarray, ct2_ready: None) -> None:
+    with DrafterProcess(DrafterSpec(CT2_TINY, fault="crash")) as drafter:
+        drafter.submit(window(0, clip))
+        wait_for(drafter, lambda: False)
+        assert drafter.lost and not drafter.alive
+        assert f"exit code {CRASH_EXIT_CODE}" in (drafter.reason or "")
+        assert close_to_reference(drafter.text(0)), "what came before the crash is kept"
+        assert not drafter.done(0)
+        drafter.submit(window(1, clip))  # all still answer, none raises
+        drafter.poll()
+        assert not drafter.wants(1) and drafter.text(1) == ""
+
+
+def timed(call: Callable[[], object], calls: list[tuple[float, float]]) -> None:
+    """Runs `call`, appending its (wall, CPU) seconds to `calls`."""
+    wall, cpu = time.perf_counter(), time.thread_time()
+    call()
+    calls.append((time.perf_counter() - wall, time.thread_time() - cpu))
+
+
+@pytest.mark.slow
+def test_sleeping_drafter_never_makes_the_parent_wait(clip: np.ndarray, ct2_ready: None) -> None:
+    drafter = DrafterProcess(DrafterSpec(CT2_TINY, fault="sleep"), stall_s=1.0)
+    calls: list[tuple[float, float]] = []
+    timed(drafter.start, calls)
+    timed(lambda: drafter.submit(window(0, clip)), calls)
+    deadline = time.perf_counter() + 120
+    while not drafter.lost and time.perf_counter() < deadline:
+        timed(drafter.poll, calls)
+        timed(lambda: drafter.text(0), calls)
+        timed(lambda: drafter.done(0), calls)
+        timed(lambda: drafter.wants(1), calls)
+        time.sleep(0.005)
+    close_start = time.perf_counter()
+    drafter.close()
+    assert time.perf_counter() - close_start < 3.0, "close() does not hang"
+    assert drafter.lost and "sent nothing" in (drafter.reason or ""), drafter.reason
+    assert drafter.ready and drafter.text(0) == ""
+    (start_wall, _), steps = calls[0], calls[1:]
+    walls = sorted(w for w, _ in steps)
+    print(
+        f"start {start_wall * 1e3:.1f} ms (a spawn); {len(steps)} calls: median "
+        f"{walls[len(walls) // 2] * 1e6:.0f} us, max {walls[-1] * 1e3:.2f} ms"
+    )
+    assert start_wall < 0.5, "start() only spawns: the model loads in the child"
+    assert max(c for _, c in steps) < 0.010, "every call takes < 10 ms of CPU"
+    assert walls[int(len(walls) * 0.99)] < 0.010, "and < 10 ms of wall time"
+    # Waiting on the sleeping drafter would take seconds; the slack is for a loaded machine.
+    assert walls[-1] < 0.1
+
+
+def test_unknown_drafter_is_lost_at_start() -> None:
+    with DrafterProcess(DrafterSpec("ct2:no-such-model")) as drafter:
+        drafter.poll()
+        assert drafter.lost and "no-such-model" in (drafter.reason or "")
+        assert not drafter.wants(0)
+        drafter.submit(window(0, np.zeros(SAMPLE_RATE, np.float32)))
+
+
+# ---------------------------------------------------------------- pieces, no process
+
+
+def test_spec_validates_fault_and_reads_ct2_names() -> None:
+    assert DrafterSpec("ct2:whisper-base").ct2_model == "whisper-base"
+    assert DrafterSpec("whisper-tiny.en").ct2_model is None
+    with pytest.raises(ValueError, match="fault"):
+        DrafterSpec(fault="slow")
+    with pytest.raises(ValueError):
+        DrafterSpec(threads=0)
+
+
+def test_frames_come_out_whole_and_eof_is_seen() -> None:
+    read_fd, write_fd = os.pipe()
+    reader = _FrameReader(read_fd)
+    _Outbox(write_fd).send("text", 0, 0, " Hello")
+    os.write(write_fd, b"\x05")  # a second frame's header, cut short
+    assert reader.messages() == [("text", 0, 0, " Hello")]
+    assert reader.messages() == [] and not reader.eof
+    os.close(write_fd)
+    assert reader.messages() == [] and reader.eof
+    os.close(read_fd)
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.sent: list[tuple[object, ...]] = []
+
+    def send(self, *message: object) -> None:
+        self.sent.append(message)
+
+
+def test_publish_sends_changes_and_holds_back_split_characters() -> None:
+    out = _Recorder()
+    sent = _publish(out, 3, "", " Hel")  # type: ignore[arg-type]
+    sent = _publish(out, 3, sent, " Hello caf\ufffd")  # type: ignore[arg-type]
+    sent = _publish(out, 3, sent, " Hello caf\ufffd")  # type: ignore[arg-type]
+    sent = _publish(out, 3, sent, " Hello, café")  # type: ignore[arg-type]
+    assert sent == " Hello, café"
+    assert out.sent == [
+        ("text", 3, 0, " Hel"),
+        ("text", 3, 4, "lo caf"),
+        ("text", 3, 6, ", café"),  # a rewrite keeps the common prefix
+    ]
+
+
+def test_faults_replace_or_drop_the_stream() -> None:
+    real = [(1, " Hello"), (2, " Hello world")]
+    assert list(_with_fault(None, iter(real), 0)) == real
+    assert list(_with_fault("empty", iter(real), 0)) == []
+    noise = list(_with_fault("random", iter(real), 7))
+    assert [n for n, _ in noise] == [1, 2] and noise[1][1].startswith(noise[0][1])
+    assert noise == list(_with_fault("random", iter(real), 7))
+    assert noise[1][1] != real[1][1]
+
+
+class _Texts:
+    """A stand-in drafter whose text is set by the test."""
+
+    def __init__(self) -> None:
+        self.current = ""
+        self.polls = 0
+
+    def poll(self) -> None:
+        self.polls += 1
+
+    def text(self, index: int) -> str:
+        return self.current if index == 5 else ""
+
+
+class _CountingTokenizer:
+    def __init__(self, tokenizer: WhisperTokenizer) -> None:
+        self.tokenizer = tokenizer
+        self.chars = 0
+
+    def encode(self, text: str) -> list[int]:
+        self.chars += len(text)
+        return self.tokenizer.encode(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        " Welcome to Comedian Mail. First, I will guide you through a short setup process.",
+        " It's 3:45pm -- don't   stop!\nNew line, 12,000 items... ok?  Ünïcødé naïve café 日本語",
+        " Press 1 now, otherwise press star now. 7 key for Q and the 9 key for Z.",
+    ],
+)
+def test_draft_tokens_equal_a_full_encode_at_every_step(
+    text: str, english_tokenizer: WhisperTokenizer
+) -> None:
+    texts = _Texts()
+    counting = _CountingTokenizer(english_tokenizer)
+    stream = DraftTokens(texts, 5, counting)
+    for end in range(len(text) + 1):
+        texts.current = text[:end]
+        assert stream.tokens() == english_tokenizer.encode(text[:end]), text[:end]
+    assert counting.chars < len(text) * 12, "only the text after the last cut is encoded again"
+    before = counting.chars
+    assert stream.tokens() == english_tokenizer.encode(text)
+    assert counting.chars == before, "unchanged text is not encoded again"
+    texts.current = " Rewritten" + text[10:]  # a non-append change starts over
+    assert stream.tokens() == english_tokenizer.encode(texts.current)
+    assert texts.polls == len(text) + 3
