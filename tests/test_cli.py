@@ -15,7 +15,7 @@ from as2d.cli import main
 
 CLIP = Path(__file__).parent / "data" / "asterisk" / "en" / "vm-newuser.wav"
 REFERENCE = "Welcome to Comedian Mail. First, I will guide you through a short setup process."
-FAST = ["--target", "whisper-tiny.en", "--no-progress"]
+FAST = ["--target", "whisper-tiny.en", "--method", "target", "--no-progress"]
 
 
 def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:

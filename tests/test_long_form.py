@@ -21,7 +21,7 @@ def _references() -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def transcriber() -> Transcriber:
-    return Transcriber(target="whisper-tiny.en")
+    return Transcriber(target="whisper-tiny.en", method="target")
 
 
 def test_long_recording_wer_matches_clip_by_clip(transcriber):
@@ -38,4 +38,3 @@ def test_long_recording_wer_matches_clip_by_clip(transcriber):
 
     assert len(run.results) >= 3
     assert long_wer <= clip_wer + 0.02, (long_wer, clip_wer)
-

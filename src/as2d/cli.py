@@ -34,7 +34,10 @@ def build_parser() -> argparse.ArgumentParser:
     run = commands.add_parser("transcribe", help="transcribe (or translate) audio files")
     run.add_argument("files", nargs="+", metavar="FILE", help="wav/flac/ogg/mp3/m4a files")
     run.add_argument("--target", default="whisper-base", help="bundled name, directory or HF id")
-    run.add_argument("--method", default="target", choices=METHODS)
+    run.add_argument("--method", default="as2d", choices=METHODS, help="default: as2d")
+    run.add_argument("--drafter", default="whisper-tiny.en", help="drafter model, or ct2:NAME")
+    run.add_argument("--budget", default="auto", type=budget, help="auto, or a fixed k (0-16)")
+    run.add_argument("--drafter-threads", type=int, default=None, help="default: half the cores")
     run.add_argument("--language", default=None, help="e.g. en; default: detect (multilingual)")
     run.add_argument("--task", default="transcribe", choices=TASKS)
     run.add_argument("--format", default="txt", choices=FORMATS)
@@ -44,6 +47,15 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     commands.add_parser("models", help="list the bundled models and whether they are cached")
     return parser
+
+
+def budget(value: str) -> int | None:
+    """`auto` -> None (chosen per step); a number -> a fixed budget k."""
+    if value == "auto":
+        return None
+    if not value.isdigit():
+        raise argparse.ArgumentTypeError(f"expected auto or a number, got {value!r}")
+    return int(value)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -74,7 +86,18 @@ def transcribe_files(args: argparse.Namespace) -> int:
     out_dir = prepare_output_dir(args.output_dir, args.skip_existing)
     if args.threads is not None and args.threads < 1:
         raise UsageError("--threads must be at least 1")
-    options = Options(args.target, args.method, args.language, args.task, args.threads)
+    if args.drafter_threads is not None and args.drafter_threads < 1:
+        raise UsageError("--drafter-threads must be at least 1")
+    options = Options(
+        target=args.target,
+        method=args.method,
+        language=args.language,
+        task=args.task,
+        drafter=args.drafter,
+        budget=args.budget,
+        threads=args.threads,
+        drafter_threads=args.drafter_threads,
+    )
     todo = [f for f in args.files if not (out_dir and skip(f, out_dir, args))]
     if not todo:
         return EXIT_OK
@@ -82,7 +105,8 @@ def transcribe_files(args: argparse.Namespace) -> int:
         transcriber = Transcriber(options)
     except ValueError as err:
         raise UsageError(str(err)) from err
-    failed = sum(not transcribe_one(transcriber, f, out_dir, args) for f in todo)
+    with transcriber:
+        failed = sum(not transcribe_one(transcriber, f, out_dir, args) for f in todo)
     if failed == 0:
         return EXIT_OK
     return EXIT_USAGE if failed == len(todo) else EXIT_SOME_FAILED
@@ -119,7 +143,9 @@ def transcribe_one(
         else:
             write_atomic(output_path(file, out_dir, args.format), content)
     except (AudioError, OSError, ValueError) as err:
-        fail(str(err) if isinstance(err, AudioError) else f"{file}: {err}", EXIT_USAGE)  # names the file
+        fail(
+            str(err) if isinstance(err, AudioError) else f"{file}: {err}", EXIT_USAGE
+        )  # names the file
         if os.environ.get("AS2D_DEBUG"):
             raise
         return False
@@ -138,8 +164,9 @@ def run_with_progress(transcriber: Transcriber, file: str, quiet: bool) -> FileR
     with tqdm(total=round(total, 1), unit="s", desc=Path(file).name, disable=quiet or None) as bar:
         for window in run:
             bar.update(round(window.end - bar.n, 1))
-    options = transcriber.options
-    return FileResult(file, options.method, options.target, None, run.results, run.stats)
+    o = transcriber.options
+    drafter = o.drafter if o.method == "as2d" else None
+    return FileResult(file, o.method, o.target, drafter, run.results, run.stats)
 
 
 if __name__ == "__main__":

@@ -38,6 +38,21 @@ class WindowResult:
     token_ids: list[int]  # output tokens, without prompt or end-of-text
     encode_s: float  # audio features + encoder forward
     decode_s: float  # prefill of the prompt + every decoder step
+    verify_passes: int = 0  # target forwards that verified candidates (speculative methods)
+    plain_steps: int = 0  # target forwards of one token without a candidate
+    accepted_tokens: int = 0  # candidate tokens the target agreed with
+    drafted_tokens: int = 0  # candidate tokens sent to verification
+
+
+@dataclass
+class DrafterActivity:
+    """What the drafter process did during a run."""
+
+    name: str
+    busy_s: float  # seconds spent drafting windows
+    windows_drafted: int
+    lost: bool  # the drafter died, hung or failed; the target carried on alone
+    reason: str | None = None
 
 
 @dataclass
@@ -49,3 +64,4 @@ class RunStats:
     tokens: int
     tokens_per_s: float
     rtf: float  # wall_s / audio_s
+    drafter: DrafterActivity | None = None  # speculative methods with a drafter model

@@ -1,13 +1,15 @@
-"""Decode loops over one window: target-only greedy decoding (the baseline every method must equal)."""
+"""Target-only greedy decoding of one window: the baseline every method must equal."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from as2d.engine.target import Target
+from as2d.engine.target import Encoded, Target
 
 
-def greedy_target_only(target: Target, encoded: object, prompt: Sequence[int]) -> list[int]:
+def greedy_target_only(
+    target: Target[Encoded], encoded: Encoded, prompt: Sequence[int]
+) -> list[int]:
     """Plain greedy decoding with the KV cache: one target forward per output token.
 
     Args:

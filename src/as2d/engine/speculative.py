@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from as2d.drafting.sources import Candidate, CandidateSource
 from as2d.engine.policy import BudgetPolicy
-from as2d.engine.target import Target
+from as2d.engine.target import Encoded, Target
 from as2d.verify import greedy_accept
 
 
@@ -29,8 +30,8 @@ class StepCounts:
 
 
 def speculative_greedy(
-    target: Target,
-    encoded: object,
+    target: Target[Encoded],
+    encoded: Encoded,
     prompt: Sequence[int],
     sources: Sequence[CandidateSource],
     policy: BudgetPolicy,
@@ -78,7 +79,7 @@ def _pick(
 
 
 def _verify(
-    target: Target, pending: int, draft: Sequence[int], tokens: list[int], counts: StepCounts
+    target: Target[Any], pending: int, draft: Sequence[int], tokens: list[int], counts: StepCounts
 ) -> tuple[int, int]:
     """One forward over [pending, *draft]; commit the agreed prefix.
 

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import numpy as np
 import torch
 
+Encoded = TypeVar("Encoded")  # a family's encoder output (e.g. Whisper's EncodedAudio)
 
-class Target(Protocol):
+
+class Target(Protocol[Encoded]):
     """A model decoded greedily one window at a time, with a rollback-able KV cache.
 
     `prefill` and `forward` return scores (logits with the model's token suppression applied)
@@ -20,11 +22,11 @@ class Target(Protocol):
     max_length: int  # decoder positions, prompt included
     length: int  # positions held in the KV cache
 
-    def encode(self, audio: np.ndarray) -> object:
+    def encode(self, audio: np.ndarray) -> Encoded:
         """Audio features and encoder forward for one window ([samples] float32, 16 kHz)."""
         ...
 
-    def prefill(self, encoded: object, prompt: Sequence[int]) -> torch.Tensor:
+    def prefill(self, encoded: Encoded, prompt: Sequence[int]) -> torch.Tensor:
         """Reset the cache, run the prompt; return [V] scores for the first output token."""
         ...
 

@@ -16,11 +16,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from transformers import WhisperFeatureExtractor, WhisperForConditionalGeneration
+from transformers.models.whisper.modeling_whisper import WhisperAttention, WhisperDecoderLayer
 
 from as2d.models.tokenizer import WhisperTokenizer
 from as2d.types import MAX_WINDOW_S, SAMPLE_RATE
 
-N_SAMPLES = int(MAX_WINDOW_S * SAMPLE_RATE)  # 480_000 samples = 3000 mel frames = 1500 encoder frames
+N_SAMPLES = int(
+    MAX_WINDOW_S * SAMPLE_RATE
+)  # 480_000 samples = 3000 mel frames = 1500 encoder frames
 
 
 @dataclass(frozen=True)
@@ -63,8 +66,10 @@ class _Attention:
     out: _Linear
 
     @classmethod
-    def of(cls, attn: torch.nn.Module) -> _Attention:
-        return cls(*(_Linear.of(getattr(attn, n)) for n in ("q_proj", "k_proj", "v_proj", "out_proj")))
+    def of(cls, attn: WhisperAttention) -> _Attention:
+        return cls(
+            *(_Linear.of(getattr(attn, n)) for n in ("q_proj", "k_proj", "v_proj", "out_proj"))
+        )
 
 
 @dataclass(frozen=True)
@@ -78,7 +83,7 @@ class _DecoderLayer:
     fc2: _Linear
 
     @classmethod
-    def of(cls, layer: torch.nn.Module) -> _DecoderLayer:
+    def of(cls, layer: WhisperDecoderLayer) -> _DecoderLayer:
         return cls(
             _LayerNorm.of(layer.self_attn_layer_norm),
             _Attention.of(layer.self_attn),
@@ -144,7 +149,9 @@ class WhisperTarget:
         scale = self.head_dim**-0.5
         self.cross_kv = [
             (
-                (self._heads(layer.cross_attn.k(encoded.hidden)) * scale).transpose(1, 2).contiguous(),
+                (self._heads(layer.cross_attn.k(encoded.hidden)) * scale)
+                .transpose(1, 2)
+                .contiguous(),
                 self._heads(layer.cross_attn.v(encoded.hidden)).contiguous(),
             )
             for layer in self.layers

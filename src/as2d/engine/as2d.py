@@ -1,0 +1,99 @@
+"""AS²D over a recording: the drafter runs ahead over the windows, the target verifies.
+
+`WindowFeeder` reads windows ahead of the target and hands them to the drafter process as
+early as its lookahead allows, so the drafter's text for a window is (mostly) ready when
+the target starts on it. `SpeculativeDecoder` decodes one window with the candidate sources
+(the drafter's stream re-encoded in the target's vocabulary, lookup in earlier windows'
+output) and never waits for the drafter: a source with nothing ready proposes nothing.
+Without a drafter (`drafter=None`) it is prompt/history lookup decoding (`pld`).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import replace
+from typing import Any
+
+from as2d.drafting.aligner import DrafterStreamSource
+from as2d.drafting.sources import CandidateSource, HistoryLookup
+from as2d.engine.policy import BudgetPolicy
+from as2d.engine.speculative import StepCounts, speculative_greedy
+from as2d.engine.target import Target
+from as2d.models.tokenizer import WhisperTokenizer
+from as2d.runtime.drafter import DrafterProcess, DraftTokens
+from as2d.types import DrafterActivity, Window
+
+
+class SpeculativeDecoder:
+    """Decodes windows with candidates from a drafter process and from earlier output.
+
+    Window numbers given to the drafter run on across recordings (the drafter process
+    lives as long as the decoder); `base` maps a recording's window i to `base + i`.
+    """
+
+    def __init__(
+        self,
+        target: Target[Any],
+        tokenizer: WhisperTokenizer,
+        policy: BudgetPolicy,
+        drafter: DrafterProcess | None = None,
+        max_k: int = 16,
+    ) -> None:
+        self.target = target
+        self.tokenizer = tokenizer
+        self.policy = policy
+        self.drafter = drafter
+        self.max_k = max_k
+        self.history = HistoryLookup()
+        self.base = 0  # drafter window number of the current recording's window 0
+
+    def windows(self, windows: Iterable[Window]) -> Iterator[Window]:
+        """Yields a recording's windows in order, submitting each to the drafter early."""
+        count = 0
+        ahead: deque[Window] = deque()
+        source = iter(windows)
+        while True:
+            while not ahead or self._drafter_wants(count):
+                window = next(source, None)
+                if window is None:
+                    break
+                self._submit(window)
+                ahead.append(window)
+                count += 1
+            if not ahead:
+                break
+            yield ahead.popleft()
+        self.base += count
+
+    def decode(
+        self, window: Window, encoded: Any, prompt: Sequence[int]
+    ) -> tuple[list[int], StepCounts]:
+        """Greedy output of one window (equal to target-only), with its step counts."""
+        sources: list[CandidateSource] = [self.history]
+        if self.drafter is not None:
+            stream = DraftTokens(self.drafter, self.base + window.index, self.tokenizer)
+            sources.insert(0, DrafterStreamSource(stream.tokens))
+        tokens, counts = speculative_greedy(
+            self.target, encoded, prompt, sources, self.policy, self.max_k
+        )
+        if self.drafter is not None:
+            self.drafter.release(self.base + window.index)
+        self.history.end_window()
+        return tokens, counts
+
+    def activity(self) -> DrafterActivity | None:
+        """The drafter's work so far (None without a drafter)."""
+        d = self.drafter
+        if d is None:
+            return None
+        d.poll()
+        return DrafterActivity(d.spec.name, d.busy_s, d.windows_drafted, d.lost, d.reason)
+
+    def _drafter_wants(self, count: int) -> bool:
+        return self.drafter is not None and self.drafter.wants(self.base + count)
+
+    def _submit(self, window: Window) -> None:
+        index = self.base + window.index
+        if self.drafter is not None and self.drafter.wants(index):
+            self.drafter.submit(replace(window, index=index))
