@@ -24,12 +24,13 @@ import torch
 from as2d.audio.windows import iter_windows
 from as2d.engine.as2d import SpeculativeDecoder
 from as2d.engine.calibrate import cached_cost
-from as2d.engine.decode import greedy_target_only
+from as2d.engine.decode import decode_target_only
 from as2d.engine.policy import AutoBudget, BudgetPolicy, FixedBudget
 from as2d.models.bundled import cache_root, load_whisper
 from as2d.models.whisper import EncodedAudio, WhisperTarget
 from as2d.runtime.drafter import DrafterProcess, DrafterSpec
 from as2d.types import SAMPLE_RATE, RunStats, Window, WindowResult
+from as2d.verify import Greedy, Rule, Sampling
 
 METHODS = ("as2d", "target", "pld")  # sd (conventional speculative decoding) comes with bench
 TASKS = ("transcribe", "translate")
@@ -44,6 +45,8 @@ class Options:
     method: str = "as2d"  # one of METHODS
     language: str | None = None  # None: detected from the first window (multilingual targets)
     task: str = "transcribe"  # "transcribe" or "translate" (to English)
+    temperature: float = 0.0  # 0: greedy (exact tokens); > 0: sampling (exact distribution)
+    seed: int | None = None  # sampling seed, for reproducible runs
     # Speculation (as2d, pld)
     drafter: str = "whisper-tiny.en"  # load_whisper name/path, or "ct2:NAME" (CTranslate2 int8)
     budget: int | None = None  # None: chosen per step from the measured cost; else fixed k
@@ -111,6 +114,7 @@ class Transcriber:
                 drafter.close()
             raise
         self.target = WhisperTarget(model, self.tokenizer)
+        self.rule = _rule(self.options)
         encoded = self.warm_up()
         self.speculative = self._speculative(drafter, encoded, target_threads)
 
@@ -190,6 +194,7 @@ class Transcriber:
             tokens_per_s=tokens / wall if wall > 0 else 0.0,
             rtf=wall / audio_s if audio_s > 0 else 0.0,
             drafter=activity,
+            started_at=start,
         )
 
     def _decode_window(
@@ -202,14 +207,15 @@ class Transcriber:
             language = self.target.detect_language(encoded)
         prompt = self._prompt(language)
         if self.speculative is None:
-            token_ids, counts = greedy_target_only(self.target, encoded, prompt), None
+            token_ids, counts = decode_target_only(self.target, encoded, prompt, self.rule), None
         else:
-            token_ids, counts = self.speculative.decode(window, encoded, prompt)
+            token_ids, counts = self.speculative.decode(window, encoded, prompt, self.rule)
         t2 = time.perf_counter()
         text = self.tokenizer.decode(token_ids).strip()
         result = WindowResult(
             window.index, window.start, window.end, text, token_ids, t1 - t0, t2 - t1
         )
+        result.started_at = t0
         if counts is not None:
             result.verify_passes, result.plain_steps = counts.verify_passes, counts.plain_steps
             result.accepted_tokens, result.drafted_tokens = (
@@ -224,11 +230,22 @@ class Transcriber:
         return [*sot, self.tokenizer.no_timestamps]
 
 
+def _rule(options: Options) -> Rule:
+    """Greedy, or temperature sampling with its own seeded generator."""
+    if options.temperature == 0:
+        return Greedy()
+    generator = torch.Generator()
+    generator.manual_seed(options.seed if options.seed is not None else torch.seed())
+    return Sampling(options.temperature, generator)
+
+
 def _check(options: Options) -> None:
     if options.method not in METHODS:
         raise ValueError(f"unknown method {options.method!r}; choose from {', '.join(METHODS)}")
     if options.task not in TASKS:
         raise ValueError(f"unknown task {options.task!r}; choose from {', '.join(TASKS)}")
+    if options.temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {options.temperature}")
     if options.budget is not None and not 0 <= options.budget <= options.max_k:
         raise ValueError(f"budget must be between 0 and {options.max_k}, got {options.budget}")
 

@@ -18,6 +18,7 @@ from transformers.utils import logging as transformers_logging
 
 from as2d.api import METHODS, TASKS, Options, Transcriber
 from as2d.audio.load import AudioError, audio_duration
+from as2d.eval.timeline import timeline_path, write_timeline
 from as2d.models.bundled import ModelNotFoundError, bundled_names, is_cached
 from as2d.writers import FORMATS, FileResult, output_path, render, write_atomic
 
@@ -37,6 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--method", default="as2d", choices=METHODS, help="default: as2d")
     run.add_argument("--drafter", default="whisper-tiny.en", help="drafter model, or ct2:NAME")
     run.add_argument("--budget", default="auto", type=budget, help="auto, or a fixed k (0-16)")
+    run.add_argument("--temperature", type=float, default=0.0, help="0: greedy (default)")
+    run.add_argument("--seed", type=int, default=None, help="sampling seed")
     run.add_argument("--drafter-threads", type=int, default=None, help="default: half the cores")
     run.add_argument("--language", default=None, help="e.g. en; default: detect (multilingual)")
     run.add_argument("--task", default="transcribe", choices=TASKS)
@@ -45,6 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--threads", type=int, default=None, help="torch threads for the target")
     run.add_argument("--skip-existing", action="store_true", help="skip files already written")
     run.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    run.add_argument(
+        "--timeline", type=Path, metavar="FILE.png", help="draw target/drafter activity (PNG)"
+    )
     commands.add_parser("models", help="list the bundled models and whether they are cached")
     return parser
 
@@ -95,6 +101,8 @@ def transcribe_files(args: argparse.Namespace) -> int:
         task=args.task,
         drafter=args.drafter,
         budget=args.budget,
+        temperature=args.temperature,
+        seed=args.seed,
         threads=args.threads,
         drafter_threads=args.drafter_threads,
     )
@@ -142,6 +150,9 @@ def transcribe_one(
             sys.stdout.flush()
         else:
             write_atomic(output_path(file, out_dir, args.format), content)
+        if args.timeline is not None:
+            path = timeline_path(args.timeline, file, several=len(args.files) > 1)
+            write_timeline(transcriber, result, path)
     except (AudioError, OSError, ValueError) as err:
         fail(
             str(err) if isinstance(err, AudioError) else f"{file}: {err}", EXIT_USAGE

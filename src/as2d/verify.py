@@ -114,3 +114,43 @@ def sample_accept(
         dist = dist / dist.sum()
     next_token = int(torch.multinomial(dist, 1, generator=generator).item())
     return Verdict(accepted, next_token, (*candidate[:accepted], next_token))
+
+
+class Greedy:
+    """Greedy decoding: the next token is the argmax; candidates are kept by `greedy_accept`."""
+
+    def next_token(self, scores: torch.Tensor) -> int:
+        """scores: [V] -> the argmax."""
+        return int(scores.argmax())
+
+    def verdict(self, candidate: Sequence[int], scores: torch.Tensor) -> Verdict:
+        """scores: [k + 1, V] after each position of `[last, c1..ck]`."""
+        return greedy_accept(candidate, scores.argmax(-1).tolist())
+
+
+class Sampling:
+    """Temperature sampling: tokens drawn from softmax(scores / T); `sample_accept` keeps
+    the target's distribution exactly.
+
+    Args:
+        temperature: T > 0.
+        generator: random source, for reproducible draws (seeded by the caller).
+    """
+
+    def __init__(self, temperature: float, generator: torch.Generator | None = None) -> None:
+        if temperature <= 0:
+            raise ValueError(f"temperature must be > 0 for sampling, got {temperature}")
+        self.temperature = temperature
+        self.generator = generator
+
+    def next_token(self, scores: torch.Tensor) -> int:
+        """scores: [V] -> a token drawn from softmax(scores / T)."""
+        probs = (scores / self.temperature).softmax(-1)  # [V]
+        return int(torch.multinomial(probs, 1, generator=self.generator).item())
+
+    def verdict(self, candidate: Sequence[int], scores: torch.Tensor) -> Verdict:
+        """scores: [k + 1, V] after each position of `[last, c1..ck]`."""
+        return sample_accept(candidate, (scores / self.temperature).softmax(-1), self.generator)
+
+
+Rule = Greedy | Sampling

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from as2d.engine.decode import greedy_target_only
+from as2d.engine.decode import decode_target_only
 from as2d.models.whisper import WhisperTarget
 
 
@@ -48,7 +48,7 @@ def test_greedy_equals_recomputed_greedy(tiny_random_whisper, english_tokenizer)
     target = WhisperTarget(tiny_random_whisper, english_tokenizer)
     audio = _audio(3)
     prompt = [english_tokenizer.sot, english_tokenizer.no_timestamps]
-    tokens = greedy_target_only(target, target.encode(audio), prompt)
+    tokens = decode_target_only(target, target.encode(audio), prompt)
     assert len(prompt) + len(tokens) <= target.max_length
     scores = _reference_scores(target, audio, prompt + tokens)
     expected = scores[len(prompt) - 1 :].argmax(-1).tolist()

@@ -18,11 +18,12 @@ from typing import Any
 from as2d.drafting.aligner import DrafterStreamSource
 from as2d.drafting.sources import CandidateSource, HistoryLookup
 from as2d.engine.policy import BudgetPolicy
-from as2d.engine.speculative import StepCounts, speculative_greedy
+from as2d.engine.speculative import StepCounts, speculative_decode
 from as2d.engine.target import Target
 from as2d.models.tokenizer import WhisperTokenizer
 from as2d.runtime.drafter import DrafterProcess, DraftTokens
 from as2d.types import DrafterActivity, Window
+from as2d.verify import Rule
 
 
 class SpeculativeDecoder:
@@ -67,15 +68,15 @@ class SpeculativeDecoder:
         self.base += count
 
     def decode(
-        self, window: Window, encoded: Any, prompt: Sequence[int]
+        self, window: Window, encoded: Any, prompt: Sequence[int], rule: Rule
     ) -> tuple[list[int], StepCounts]:
-        """Greedy output of one window (equal to target-only), with its step counts."""
+        """One window's output (greedy: equal to target-only), with its step counts."""
         sources: list[CandidateSource] = [self.history]
         if self.drafter is not None:
             stream = DraftTokens(self.drafter, self.base + window.index, self.tokenizer)
             sources.insert(0, DrafterStreamSource(stream.tokens))
-        tokens, counts = speculative_greedy(
-            self.target, encoded, prompt, sources, self.policy, self.max_k
+        tokens, counts = speculative_decode(
+            self.target, encoded, prompt, sources, self.policy, self.max_k, rule
         )
         if self.drafter is not None:
             self.drafter.release(self.base + window.index)

@@ -16,7 +16,7 @@ from typing import Any
 from as2d.drafting.sources import Candidate, CandidateSource
 from as2d.engine.policy import BudgetPolicy
 from as2d.engine.target import Encoded, Target
-from as2d.verify import greedy_accept
+from as2d.verify import Greedy, Rule
 
 
 @dataclass
@@ -29,15 +29,17 @@ class StepCounts:
     drafted_tokens: int = 0  # candidate tokens sent to verification
 
 
-def speculative_greedy(
+def speculative_decode(
     target: Target[Encoded],
     encoded: Encoded,
     prompt: Sequence[int],
     sources: Sequence[CandidateSource],
     policy: BudgetPolicy,
     max_k: int = 16,
+    rule: Rule | None = None,
 ) -> tuple[list[int], StepCounts]:
-    """Greedy decoding with candidates; the output equals `greedy_target_only`'s.
+    """Decoding with candidates: greedy output equals `decode_target_only`'s token for token;
+    sampled output has exactly its distribution.
 
     Args:
         target: the model; its cache is reset by `prefill`.
@@ -46,23 +48,26 @@ def speculative_greedy(
         sources: candidate sources, asked in order every step.
         policy: picks the candidate and budget k.
         max_k: the most candidate tokens asked of a source.
+        rule: Greedy() (default) or Sampling(temperature, generator).
 
     Returns:
         The output tokens (without prompt or end-of-text) and the step counts.
     """
+    rule = rule or Greedy()
     counts = StepCounts()
     tokens: list[int] = []
-    pending = int(target.prefill(encoded, prompt).argmax())  # target's next token, not yet fed
+    pending = rule.next_token(target.prefill(encoded, prompt))  # next token, not yet fed
     while pending not in target.eot_ids and target.length < target.max_length:
         tokens.append(pending)
         room = target.max_length - target.length - 1  # cache positions left after `pending`
         candidate, k = _pick(sources, policy, tokens, min(max_k, room))
         if candidate is None:
-            pending = int(target.forward([pending])[-1].argmax())
+            pending = rule.next_token(target.forward([pending])[-1])
             counts.plain_steps += 1
             _observe(sources, tokens, 0, 0)
             continue
-        pending, accepted = _verify(target, pending, candidate.tokens[:k], tokens, counts)
+        draft = candidate.tokens[:k]
+        pending, accepted = _verify(target, rule, pending, draft, tokens, counts)
         policy.observe(candidate.source, accepted, k)
         _observe(sources, tokens, accepted, k)
     return tokens, counts
@@ -79,7 +84,12 @@ def _pick(
 
 
 def _verify(
-    target: Target[Any], pending: int, draft: Sequence[int], tokens: list[int], counts: StepCounts
+    target: Target[Any],
+    rule: Rule,
+    pending: int,
+    draft: Sequence[int],
+    tokens: list[int],
+    counts: StepCounts,
 ) -> tuple[int, int]:
     """One forward over [pending, *draft]; commit the agreed prefix.
 
@@ -87,8 +97,7 @@ def _verify(
         The next pending token (the correction, or the bonus) and how many were accepted.
     """
     start = target.length
-    argmax = target.forward([pending, *draft]).argmax(-1).tolist()  # [k + 1]
-    verdict = greedy_accept(draft, argmax)
+    verdict = rule.verdict(draft, target.forward([pending, *draft]))  # scores: [k + 1, V]
     target.rollback(start + 1 + verdict.accepted)  # keep pending + accepted candidates
     tokens.extend(draft[: verdict.accepted])
     counts.verify_passes += 1
