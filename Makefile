@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/as2d demo
+	$(BIN)/as2d compare tests/data/long_en.flac --language en
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

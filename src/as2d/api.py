@@ -14,8 +14,8 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -248,6 +248,17 @@ def _check(options: Options) -> None:
         raise ValueError(f"temperature must be >= 0, got {options.temperature}")
     if options.budget is not None and not 0 <= options.budget <= options.max_k:
         raise ValueError(f"budget must be between 0 and {options.max_k}, got {options.budget}")
+
+
+def compare(audio: AudioInput, options: Options, methods: Sequence[str]) -> list[Transcription]:
+    """Decode `audio` with each method in turn (each loaded and warmed up before timing)."""
+    runs = []
+    for method in methods:
+        with Transcriber(replace(options, method=method)) as transcriber:
+            run = transcriber.transcribe(audio)
+            _ = run.stats
+        runs.append(run)
+    return runs
 
 
 def transcribe(audio: AudioInput, **options: object) -> Transcription:

@@ -16,7 +16,7 @@ from pathlib import Path
 from tqdm import tqdm
 from transformers.utils import logging as transformers_logging
 
-from as2d.api import METHODS, TASKS, Options, Transcriber
+from as2d.api import METHODS, TASKS, Options, Transcriber, compare
 from as2d.audio.load import AudioError, audio_duration
 from as2d.eval.timeline import timeline_path, write_timeline
 from as2d.models.bundled import ModelNotFoundError, bundled_names, is_cached
@@ -51,6 +51,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--timeline", type=Path, metavar="FILE.png", help="draw target/drafter activity (PNG)"
     )
+    compare = commands.add_parser("compare", help="target-only vs as2d on one file, side by side")
+    compare.add_argument("file", metavar="FILE")
+    compare.add_argument("--target", default="whisper-base")
+    compare.add_argument("--drafter", default="whisper-tiny.en")
+    compare.add_argument("--language", default=None)
     commands.add_parser("models", help="list the bundled models and whether they are cached")
     return parser
 
@@ -70,6 +75,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "models":
             return list_models()
+        if args.command == "compare":
+            return compare_methods(args)
         return transcribe_files(args)
     except (UsageError, ModelNotFoundError) as err:
         return fail(str(err), EXIT_USAGE)
@@ -118,6 +125,36 @@ def transcribe_files(args: argparse.Namespace) -> int:
     if failed == 0:
         return EXIT_OK
     return EXIT_USAGE if failed == len(todo) else EXIT_SOME_FAILED
+
+
+def compare_methods(args: argparse.Namespace) -> int:
+    """Target-only, then as2d, on one file: per-window agreement, transcript, speed-up."""
+    options = Options(target=args.target, drafter=args.drafter, language=args.language)
+    try:
+        target, as2d = compare(args.file, options, ("target", "as2d"))
+    except (AudioError, ValueError) as err:
+        raise UsageError(str(err)) from err
+    print(f"{'window':>6}  {'seconds':>13}  {'target tokens':>13}  {'as2d tokens':>11}  same")
+    for t, a in zip(target.results, as2d.results, strict=True):
+        same = "yes" if t.token_ids == a.token_ids else "NO"
+        span = f"{t.start:5.1f}-{t.end:5.1f}"
+        print(f"{t.index:>6}  {span:>13}  {len(t.token_ids):>13}  {len(a.token_ids):>11}  {same}")
+    pairs = list(zip(target.results, as2d.results, strict=True))
+    identical = all(t.token_ids == a.token_ids for t, a in pairs)
+    print(f"\n{as2d.text}\n")
+    for name, run in (("target-only", target), (f"as2d ({args.drafter})", as2d)):
+        s = run.stats
+        decode = sum(r.decode_s for r in run.results)
+        print(f"{name:>28}: {s.wall_s:6.2f} s wall, {decode:6.2f} s decoding, RTF {s.rtf:.3f}")
+    t_decode = sum(r.decode_s for r in target.results)
+    a_decode = sum(r.decode_s for r in as2d.results)
+    print(
+        f"{'identical output':>28}: {'yes' if identical else 'NO'}\n"
+        f"{'speed-up':>28}: {target.stats.wall_s / as2d.stats.wall_s:.2f}x end to end, "
+        f"{t_decode / a_decode:.2f}x decode phase (one run each, one after the other: for\n"
+        f"{'':>30}honest numbers, interleaved and repeated, use scripts/bench_as2d.py)"
+    )
+    return EXIT_OK if identical else EXIT_SOME_FAILED
 
 
 def prepare_output_dir(out_dir: Path | None, skip_existing: bool) -> Path | None:
