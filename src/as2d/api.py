@@ -181,7 +181,7 @@ class Transcriber:
         if self.speculative is not None:
             windows = self.speculative.windows(windows)
         for window in windows:
-            result, language = self._decode_window(window, language)
+            result, language = self.decode_window(window, language)
             tokens += len(result.token_ids)
             audio_s = window.end
             yield result
@@ -197,9 +197,10 @@ class Transcriber:
             started_at=start,
         )
 
-    def _decode_window(
+    def decode_window(
         self, window: Window, language: str | None
     ) -> tuple[WindowResult, str | None]:
+        """Decode one window; returns its result and the language (detected if None)."""
         t0 = time.perf_counter()
         encoded = self.target.encode(window.audio)
         t1 = time.perf_counter()
