@@ -1,0 +1,24 @@
+"""Our target-only decoding equals transformers' `generate` greedy, token for token."""
+
+from __future__ import annotations
+
+import soundfile as sf
+import soxr
+
+from as2d.engine.decode import decode_target_only
+from as2d.models.bundled import load_whisper
+from as2d.models.whisper import WhisperTarget
+from as2d.types import SAMPLE_RATE
+
+from .conftest import EN_DIR, Greedy
+
+
+def test_target_only_equals_generate(greedy: Greedy) -> None:
+    model, tokenizer = load_whisper(greedy.name)
+    target = WhisperTarget(model, tokenizer)
+    language = "en" if tokenizer.multilingual else None
+    prompt = [*tokenizer.sot_sequence(language, "transcribe"), tokenizer.no_timestamps]
+    for clip, expected in zip(greedy.clips, greedy.hf, strict=True):
+        audio, rate = sf.read(EN_DIR / f"{clip}.wav", dtype="float32")
+        encoded = target.encode(soxr.resample(audio, rate, SAMPLE_RATE))
+        assert decode_target_only(target, encoded, prompt) == expected, clip
