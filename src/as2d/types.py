@@ -42,6 +42,7 @@ class WindowResult:
     plain_steps: int = 0  # target forwards of one token without a candidate
     accepted_tokens: int = 0  # candidate tokens the target agreed with
     drafted_tokens: int = 0  # candidate tokens sent to verification
+    started_at: float = 0.0  # time.perf_counter() when encoding began (timelines)
 
 
 @dataclass
@@ -65,3 +66,4 @@ class RunStats:
     tokens_per_s: float
     rtf: float  # wall_s / audio_s
     drafter: DrafterActivity | None = None  # speculative methods with a drafter model
+    started_at: float = 0.0  # time.perf_counter() at the start of wall_s (timelines)
