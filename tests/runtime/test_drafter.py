@@ -13,18 +13,12 @@ import pytest
 import soundfile as sf
 import soxr
 
+from as2d.drafting.draft_tokens import DraftTokens
 from as2d.models.bundled import ModelNotFoundError, ct2_dir
 from as2d.models.tokenizer import WhisperTokenizer
-from as2d.runtime.drafter import (
-    CRASH_EXIT_CODE,
-    DrafterProcess,
-    DrafterSpec,
-    DraftTokens,
-    _FrameReader,
-    _Outbox,
-    _publish,
-    _with_fault,
-)
+from as2d.runtime.drafter import CRASH_EXIT_CODE, DrafterProcess, DrafterSpec
+from as2d.runtime.frames import FrameReader, Outbox
+from as2d.runtime.worker import _publish, _with_fault
 from as2d.types import SAMPLE_RATE, Window
 
 DATA = Path(__file__).parent.parent / "data"
@@ -212,8 +206,8 @@ def test_spec_validates_fault_and_reads_ct2_names() -> None:
 
 def test_frames_come_out_whole_and_eof_is_seen() -> None:
     read_fd, write_fd = os.pipe()
-    reader = _FrameReader(read_fd)
-    _Outbox(write_fd).send("text", 0, 0, " Hello")
+    reader = FrameReader(read_fd)
+    Outbox(write_fd).send("text", 0, 0, " Hello")
     os.write(write_fd, b"\x05")  # a second frame's header, cut short
     assert reader.messages() == [("text", 0, 0, " Hello")]
     assert reader.messages() == [] and not reader.eof

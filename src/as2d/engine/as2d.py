@@ -16,12 +16,13 @@ from dataclasses import replace
 from typing import Any
 
 from as2d.drafting.aligner import DrafterStreamSource
+from as2d.drafting.draft_tokens import DraftTokens
 from as2d.drafting.sources import CandidateSource, HistoryLookup
 from as2d.engine.policy import BudgetPolicy
 from as2d.engine.speculative import StepCounts, speculative_decode
 from as2d.engine.target import Target
 from as2d.models.tokenizer import WhisperTokenizer
-from as2d.runtime.drafter import DrafterProcess, DraftTokens
+from as2d.runtime.drafter import DrafterProcess
 from as2d.types import DrafterActivity, Window
 from as2d.verify import Rule
 

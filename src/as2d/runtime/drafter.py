@@ -39,32 +39,38 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
-import pickle
-import random
-import string
-import struct
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
-from multiprocessing.connection import Connection
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
-from as2d.models.tokenizer import WhisperTokenizer
-from as2d.types import MAX_WINDOW_S, SAMPLE_RATE, Window
+from as2d.runtime.frames import FrameReader
+from as2d.runtime.spec import (
+    CRASH_EXIT_CODE,
+    CT2_PREFIX,
+    FAULTS,
+    N_SAMPLES,
+    SLEEP_FAULT_S,
+    BusyInterval,
+    DrafterSpec,
+)
+from as2d.runtime.worker import ChildLink, child_main
+from as2d.types import Window
 
-CT2_PREFIX = "ct2:"  # DrafterSpec.name "ct2:<bundled name or CT2 dir>" runs CTranslate2 int8
-FAULTS = ("random", "empty", "sleep", "crash")  # DrafterSpec.fault values (tests only)
-CRASH_EXIT_CODE = 70  # exit status of a drafter with fault="crash"
-SLEEP_FAULT_S = 3600.0  # a drafter with fault="sleep" sleeps this long before each token
-_HEADER = struct.Struct("<I")  # frame header: payload length in bytes
-_READ_CHUNK = 1 << 16  # bytes per os.read; a poll reads at most _MAX_POLL_BYTES
-_MAX_POLL_BYTES = 1 << 20
-_IDLE_CHECK_S = 0.5  # an idle child checks this often that its parent is still alive
-N_SAMPLES = int(MAX_WINDOW_S * SAMPLE_RATE)  # 480_000 samples: a window's slot, 1.9 MB float32
+__all__ = [
+    "CRASH_EXIT_CODE",
+    "CT2_PREFIX",
+    "FAULTS",
+    "SLEEP_FAULT_S",
+    "BusyInterval",
+    "DrafterProcess",
+    "DrafterSpec",
+]
+
 _THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 _CHILD_ENV = (
     ("OMP_WAIT_POLICY", "PASSIVE"),  # idle drafter threads sleep instead of spinning on cores
@@ -74,315 +80,6 @@ _CHILD_ENV = (
 )
 
 
-@dataclass(frozen=True)
-class DrafterSpec:
-    """Which drafter to run, and how.
-
-    Attributes:
-        name: a `load_whisper` name or path ("whisper-tiny.en", a local HF dir, a hub
-            id) for a PyTorch drafter, or "ct2:<bundled name or CT2 dir>" for a
-            CTranslate2 drafter at int8.
-        threads: CPU threads of the drafter process (intra-op; one interop thread).
-        language: language code for multilingual drafters; None detects it per window.
-        task: "transcribe" or "translate".
-        lookahead: how many windows the drafter may be given beyond the target's.
-        fault: FOR TESTS AND ROBUSTNESS BENCHMARKS ONLY: a deliberately bad drafter
-            that the target must survive with unchanged output. "random": random words
-            instead of the transcript; "empty": publishes nothing; "sleep": sleeps
-            `SLEEP_FAULT_S` before each token (a hang); "crash": `os._exit` right after
-            publishing the first text of a window.
-    """
-
-    name: str = "whisper-tiny.en"
-    threads: int = 1
-    language: str | None = None
-    task: str = "transcribe"
-    lookahead: int = 2
-    fault: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.threads < 1 or self.lookahead < 0:
-            raise ValueError(f"need threads >= 1 and lookahead >= 0, got {self}")
-        if self.fault is not None and self.fault not in FAULTS:
-            raise ValueError(f"fault must be None or one of {FAULTS}, got {self.fault!r}")
-
-    @property
-    def ct2_model(self) -> str | None:
-        """The bundled name or directory after "ct2:", or None for a PyTorch drafter."""
-        return self.name.removeprefix(CT2_PREFIX) if self.name.startswith(CT2_PREFIX) else None
-
-
-@dataclass(frozen=True)
-class BusyInterval:
-    """One window's drafting, for the timeline plot and the drafter's speed.
-
-    Attributes:
-        index: the window.
-        start: when the drafter started it (`time.perf_counter()`, any process).
-        end: when it finished or abandoned it.
-        encode_s: features + encoder forward.
-        tokens: drafter tokens produced.
-        finished: False if abandoned because the target was already done with the window.
-    """
-
-    index: int
-    start: float
-    end: float
-    encode_s: float
-    tokens: int
-    finished: bool
-
-
-@dataclass(frozen=True)
-class _ChildLink:
-    """The child's ends of what it shares with the parent (pickled into it at spawn)."""
-
-    windows: Connection  # reads (index, slot, samples) per submitted window
-    results: Connection  # writes framed messages (module docstring)
-    released: Any  # RawValue("q"): the last window the target is done with
-    audio: Any  # RawArray("f", slots * N_SAMPLES): window audio, one slot per window in flight
-
-    def slots(self) -> np.ndarray:
-        """The audio slots as an array view: [slots, N_SAMPLES] float32."""
-        return np.frombuffer(self.audio, dtype=np.float32).reshape(-1, N_SAMPLES)
-
-
-# ---------------------------------------------------------------- child process
-
-
-class _Outbox:
-    """Child -> parent: length-prefixed pickles on the pipe (only the child ever blocks)."""
-
-    def __init__(self, fd: int) -> None:
-        self._fd = fd
-
-    def send(self, *message: Any) -> None:
-        data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-        view = memoryview(_HEADER.pack(len(data)) + data)
-        while view:
-            view = view[os.write(self._fd, view) :]
-
-
-class _ChildDrafter(Protocol):
-    """What the child loop needs from a drafter model."""
-
-    def encode(self, audio: np.ndarray) -> Any:
-        """Features + encoder forward of one window ([samples] float32, 16 kHz)."""
-        ...
-
-    def texts(self, encoded: Any) -> Iterator[tuple[int, str]]:
-        """Greedy decoding; yields (tokens so far, their text) as the text grows."""
-        ...
-
-
-def _prompt(tokenizer: WhisperTokenizer, language: str | None, task: str) -> list[int]:
-    """The decoder prompt without timestamps: [sot, (language, task,)] + [notimestamps]."""
-    return [*tokenizer.sot_sequence(language, task), tokenizer.no_timestamps]
-
-
-class _TorchDrafter:
-    """Any Whisper through the lean `WhisperTarget` decoder, yielding text after every token.
-
-    torch and transformers are imported here, in the child, so a CTranslate2 drafter
-    process never loads them (seconds of start-up and hundreds of MB saved).
-    """
-
-    def __init__(self, spec: DrafterSpec) -> None:
-        import torch
-
-        from as2d.models.bundled import load_whisper
-        from as2d.models.whisper import WhisperTarget
-
-        torch.set_num_threads(spec.threads)
-        torch.set_num_interop_threads(1)
-        model, self.tokenizer = load_whisper(spec.name)
-        self.model = WhisperTarget(model, self.tokenizer)
-        self.spec = spec
-
-    def encode(self, audio: np.ndarray) -> Any:
-        return self.model.encode(audio)
-
-    def texts(self, encoded: Any) -> Iterator[tuple[int, str]]:
-        language = self.spec.language
-        if self.tokenizer.multilingual and language is None:
-            language = self.model.detect_language(encoded)
-        prompt = _prompt(self.tokenizer, language, self.spec.task)
-        scores = self.model.prefill(encoded, prompt)  # [V]
-        tokens: list[int] = []
-        while True:
-            token = int(scores.argmax())
-            if token in self.model.eot_ids or self.model.length >= self.model.max_length:
-                return
-            tokens.append(token)
-            yield len(tokens), self.tokenizer.decode(tokens)
-            scores = self.model.forward([token])[-1]
-
-
-class _CT2Drafter:
-    """A CTranslate2 Whisper at int8: greedy, no timestamps, one text per window.
-
-    Log-mel features come from faster-whisper's numpy extractor (the same computation
-    as transformers' `WhisperFeatureExtractor`), so this process needs no torch.
-    """
-
-    def __init__(self, spec: DrafterSpec, directory: str) -> None:
-        import ctranslate2
-        from faster_whisper.feature_extractor import FeatureExtractor
-
-        self.model = ctranslate2.models.Whisper(
-            directory, device="cpu", compute_type="int8", intra_threads=spec.threads
-        )
-        self.features = FeatureExtractor(feature_size=self.model.n_mels)
-        self.tokenizer = WhisperTokenizer.from_model_dir(Path(directory))
-        self.storage = ctranslate2.StorageView
-        self.spec = spec
-
-    def encode(self, audio: np.ndarray) -> Any:
-        padded = np.pad(audio[:N_SAMPLES], (0, max(0, N_SAMPLES - len(audio))))
-        feats = self.features(padded, padding=0)[np.newaxis]  # [1, n_mels, 3000]
-        return self.model.encode(self.storage.from_array(feats.astype(np.float32)))
-
-    def texts(self, encoded: Any) -> Iterator[tuple[int, str]]:
-        language = self.spec.language
-        if self.tokenizer.multilingual and language is None:
-            language = self.model.detect_language(encoded)[0][0][0][2:-2]  # "<|en|>" -> "en"
-        prompt = _prompt(self.tokenizer, language, self.spec.task)
-        (result,) = self.model.generate(encoded, [prompt], beam_size=1)
-        ids = result.sequences_ids[0]
-        yield len(ids), self.tokenizer.decode(ids)
-
-
-def _with_fault(
-    fault: str | None, texts: Iterator[tuple[int, str]], seed: int
-) -> Iterator[tuple[int, str]]:
-    """Applies `DrafterSpec.fault` (tests and robustness benchmarks only) to a text stream."""
-    if fault is None:
-        yield from texts
-        return
-    if fault == "empty":
-        return
-    rng = random.Random(seed)
-    noise = ""
-    for n, text in texts:
-        if fault == "sleep":
-            time.sleep(SLEEP_FAULT_S)
-        if fault == "random":
-            noise += " " + "".join(rng.choices(string.ascii_lowercase, k=rng.randint(1, 8)))
-        yield n, noise if fault == "random" else text
-        if fault == "crash":
-            os._exit(CRASH_EXIT_CODE)
-
-
-def _publish(out: _Outbox, index: int, sent: str, text: str) -> str:
-    """Sends what changed between the published `sent` and `text`; returns the new published text.
-
-    A trailing U+FFFD (a UTF-8 character split across tokens) is held back until complete.
-    """
-    text = text.rstrip("\ufffd")
-    if text == sent:
-        return sent
-    keep = len(sent) if text.startswith(sent) else _common_prefix(sent, text)
-    out.send("text", index, keep, text[keep:])
-    return text
-
-
-def _common_prefix(a: str, b: str) -> int:
-    """Length of the longest common prefix of `a` and `b`."""
-    n = min(len(a), len(b))
-    return next((i for i in range(n) if a[i] != b[i]), n)
-
-
-def _draft_window(
-    spec: DrafterSpec,
-    drafter: _ChildDrafter,
-    out: _Outbox,
-    released: Any,
-    index: int,
-    audio: np.ndarray,
-) -> None:
-    """Drafts one window, publishing its text as it grows; abandons it once the target is done."""
-    start = time.perf_counter()
-    out.send("start", index, start)
-    encoded = drafter.encode(audio)
-    out.send("encoded", index, time.perf_counter())
-    sent, tokens, finished = "", 0, True
-    for count, text in _with_fault(spec.fault, drafter.texts(encoded), index):
-        if released.value >= index:
-            finished = False
-            break
-        sent, tokens = _publish(out, index, sent, text), count
-    out.send("done", index, start, time.perf_counter(), tokens, finished)
-
-
-def _next_window(link: _ChildLink) -> tuple[int, np.ndarray] | None:
-    """Waits for the next window, copied out of its slot; None once the parent is gone."""
-    parent = mp.parent_process()
-    try:
-        while parent is None or parent.is_alive():
-            if link.windows.poll(_IDLE_CHECK_S):
-                index, slot, samples = link.windows.recv()
-                return index, link.slots()[slot, :samples].copy()
-    except EOFError:  # the parent closed its end
-        pass
-    return None
-
-
-def _child_main(spec: DrafterSpec, link: _ChildLink) -> None:
-    """Entry point of the drafter process: load the model, then draft windows in order."""
-    out = _Outbox(link.results.fileno())
-    try:
-        ct2 = spec.ct2_model
-        drafter: _ChildDrafter = _CT2Drafter(spec, ct2) if ct2 else _TorchDrafter(spec)
-        out.send("ready", time.perf_counter())
-        while (item := _next_window(link)) is not None:
-            index, audio = item
-            if index > link.released.value:
-                _draft_window(spec, drafter, out, link.released, index, audio)
-    except BrokenPipeError:  # the parent is gone: nobody to tell
-        return
-    except Exception as err:
-        out.send("error", f"{type(err).__name__}: {err}")
-        raise
-
-
-# ---------------------------------------------------------------- parent side
-
-
-class _FrameReader:
-    """Parent side of the pipe: non-blocking reads, whole frames out, partial frames kept."""
-
-    def __init__(self, fd: int) -> None:
-        os.set_blocking(fd, False)
-        self._fd = fd
-        self._buffer = bytearray()
-        self.eof = False  # the child's end is closed: it exited
-
-    def messages(self) -> list[tuple[Any, ...]]:
-        """Every complete message available now (never waits)."""
-        self._fill()
-        found, pos, buffer = [], 0, self._buffer
-        while len(buffer) - pos >= _HEADER.size:
-            (size,) = _HEADER.unpack_from(buffer, pos)
-            if len(buffer) - pos - _HEADER.size < size:
-                break
-            found.append(pickle.loads(buffer[pos + _HEADER.size : pos + _HEADER.size + size]))
-            pos += _HEADER.size + size
-        del buffer[:pos]
-        return found
-
-    def _fill(self) -> None:
-        while len(self._buffer) < _MAX_POLL_BYTES:
-            try:
-                chunk = os.read(self._fd, _READ_CHUNK)
-            except BlockingIOError:
-                return
-            if not chunk:
-                self.eof = True
-                return
-            self._buffer += chunk
-
-
-@dataclass
 class _WindowDraft:
     text: str = ""
     done: bool = False
@@ -451,14 +148,14 @@ class DrafterProcess:
         self._slot_audio = np.frombuffer(self._audio, np.float32).reshape(self._slots, N_SAMPLES)
         windows, self._windows = self._ctx.Pipe(duplex=False)
         self._results, results = self._ctx.Pipe(duplex=False)
-        link = _ChildLink(windows, results, self._released, self._audio)
-        self._process = self._ctx.Process(target=_child_main, args=(spec, link), daemon=True)
+        link = ChildLink(windows, results, self._released, self._audio)
+        self._process = self._ctx.Process(target=child_main, args=(spec, link), daemon=True)
         with _child_env(self.spec.threads):
             self._process.start()
         windows.close()  # the child holds the other ends: EOF on results means it is gone
         results.close()
         os.set_blocking(self._windows.fileno(), False)  # a full pipe must not block submit
-        self._frames = _FrameReader(self._results.fileno())
+        self._frames = FrameReader(self._results.fileno())
         self._last_heard = time.perf_counter()
 
     @property
@@ -622,75 +319,3 @@ def _child_env(threads: int) -> Iterator[None]:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
-
-
-class _Encoder(Protocol):
-    def encode(self, text: str) -> list[int]: ...
-
-
-class _TextSource(Protocol):
-    def poll(self) -> None: ...
-
-    def text(self, index: int) -> str: ...
-
-
-class DraftTokens:
-    """A window's drafted text in the TARGET's vocabulary, re-encoded only where it changed.
-
-    Whisper text keeps its leading space (" Hello"), as the model emits it. Encoding is
-    incremental: the text before the last safe cut (a space that starts a word, after a
-    non-space) tokenizes the same alone as inside the whole text under Whisper's GPT-2
-    pre-tokenization, so only the text after the cut is encoded again.
-
-    Args:
-        drafter: where the text comes from (a `DrafterProcess`); polled on every read.
-        index: the window.
-        tokenizer: the target's tokenizer.
-
-    Example:
-        stream = DraftTokens(drafter, 0, target.tokenizer)
-        DrafterStreamSource(stream.tokens)   # the aligner reads it without blocking
-    """
-
-    def __init__(self, drafter: _TextSource, index: int, tokenizer: _Encoder) -> None:
-        self._drafter = drafter
-        self._index = index
-        self._tokenizer = tokenizer
-        self._text = ""
-        self._cut = 0  # text[:cut] encodes to tokens[:cut_tokens], whatever follows
-        self._cut_tokens = 0
-        self._tokens: list[int] = []
-
-    def tokens(self) -> list[int]:
-        """The current drafted tokens (target vocabulary); never waits."""
-        self._drafter.poll()
-        text = self._drafter.text(self._index)
-        if text != self._text:
-            self._update(text)
-        return self._tokens
-
-    def _update(self, text: str) -> None:
-        if text[: self._cut] != self._text[: self._cut]:
-            self._cut = self._cut_tokens = 0  # rewritten before the cut: start over
-        head = self._tokens[: self._cut_tokens]
-        tail = text[self._cut :]
-        split = _last_cut(tail)
-        stable = self._tokenizer.encode(tail[:split])
-        self._tokens = head + stable + self._tokenizer.encode(tail[split:])
-        self._cut += split
-        self._cut_tokens += len(stable)
-        self._text = text
-
-
-def _last_cut(text: str) -> int:
-    """Position of the last space that starts a word after a non-space (0 if none).
-
-    GPT-2 pre-tokens never span such a space, and none of them looks past it, so
-    `encode(text) == encode(text[:cut]) + encode(text[cut:])`.
-    """
-    cut = len(text) - 1
-    while cut > 0:
-        cut = text.rfind(" ", 0, cut)
-        if cut > 0 and text[cut + 1].isalpha() and not text[cut - 1].isspace():
-            return cut
-    return 0

@@ -1,0 +1,72 @@
+"""What the drafter process is asked to run, and what it reports per window."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from as2d.types import MAX_WINDOW_S, SAMPLE_RATE
+
+CT2_PREFIX = "ct2:"  # DrafterSpec.name "ct2:<bundled name or CT2 dir>" runs CTranslate2 int8
+FAULTS = ("random", "empty", "sleep", "crash")  # DrafterSpec.fault values (tests only)
+CRASH_EXIT_CODE = 70  # exit status of a drafter with fault="crash"
+SLEEP_FAULT_S = 3600.0  # a drafter with fault="sleep" sleeps this long before each token
+N_SAMPLES = int(MAX_WINDOW_S * SAMPLE_RATE)  # 480_000 samples: a window's slot, 1.9 MB float32
+
+
+@dataclass(frozen=True)
+class DrafterSpec:
+    """Which drafter to run, and how.
+
+    Attributes:
+        name: a `load_whisper` name or path ("whisper-tiny.en", a local HF dir, a hub
+            id) for a PyTorch drafter, or "ct2:<bundled name or CT2 dir>" for a
+            CTranslate2 drafter at int8.
+        threads: CPU threads of the drafter process (intra-op; one interop thread).
+        language: language code for multilingual drafters; None detects it per window.
+        task: "transcribe" or "translate".
+        lookahead: how many windows the drafter may be given beyond the target's.
+        fault: FOR TESTS AND ROBUSTNESS BENCHMARKS ONLY: a deliberately bad drafter
+            that the target must survive with unchanged output. "random": random words
+            instead of the transcript; "empty": publishes nothing; "sleep": sleeps
+            `SLEEP_FAULT_S` before each token (a hang); "crash": `os._exit` right after
+            publishing the first text of a window.
+    """
+
+    name: str = "whisper-tiny.en"
+    threads: int = 1
+    language: str | None = None
+    task: str = "transcribe"
+    lookahead: int = 2
+    fault: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.threads < 1 or self.lookahead < 0:
+            raise ValueError(f"need threads >= 1 and lookahead >= 0, got {self}")
+        if self.fault is not None and self.fault not in FAULTS:
+            raise ValueError(f"fault must be None or one of {FAULTS}, got {self.fault!r}")
+
+    @property
+    def ct2_model(self) -> str | None:
+        """The bundled name or directory after "ct2:", or None for a PyTorch drafter."""
+        return self.name.removeprefix(CT2_PREFIX) if self.name.startswith(CT2_PREFIX) else None
+
+
+@dataclass(frozen=True)
+class BusyInterval:
+    """One window's drafting, for the timeline plot and the drafter's speed.
+
+    Attributes:
+        index: the window.
+        start: when the drafter started it (`time.perf_counter()`, any process).
+        end: when it finished or abandoned it.
+        encode_s: features + encoder forward.
+        tokens: drafter tokens produced.
+        finished: False if abandoned because the target was already done with the window.
+    """
+
+    index: int
+    start: float
+    end: float
+    encode_s: float
+    tokens: int
+    finished: bool

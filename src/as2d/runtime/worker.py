@@ -1,0 +1,226 @@
+"""The drafter process itself: load a small model, then draft windows in order.
+
+Runs in a spawned child (see `drafter.py` for the parent side and the message list). It
+decodes each window greedily following its own history and publishes the text as it grows;
+it skips or abandons windows the target is already done with.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import random
+import string
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from as2d.models.tokenizer import WhisperTokenizer
+from as2d.runtime.frames import Outbox
+from as2d.runtime.spec import CRASH_EXIT_CODE, N_SAMPLES, SLEEP_FAULT_S, DrafterSpec
+
+_IDLE_CHECK_S = 0.5  # an idle child checks this often that its parent is still alive
+
+
+@dataclass(frozen=True)
+class ChildLink:
+    """The child's ends of what it shares with the parent (pickled into it at spawn)."""
+
+    windows: Connection  # reads (index, slot, samples) per submitted window
+    results: Connection  # writes framed messages (module docstring)
+    released: Any  # RawValue("q"): the last window the target is done with
+    audio: Any  # RawArray("f", slots * N_SAMPLES): window audio, one slot per window in flight
+
+    def slots(self) -> np.ndarray:
+        """The audio slots as an array view: [slots, N_SAMPLES] float32."""
+        return np.frombuffer(self.audio, dtype=np.float32).reshape(-1, N_SAMPLES)
+
+
+class _ChildDrafter(Protocol):
+    """What the child loop needs from a drafter model."""
+
+    def encode(self, audio: np.ndarray) -> Any:
+        """Features + encoder forward of one window ([samples] float32, 16 kHz)."""
+        ...
+
+    def texts(self, encoded: Any) -> Iterator[tuple[int, str]]:
+        """Greedy decoding; yields (tokens so far, their text) as the text grows."""
+        ...
+
+
+def _prompt(tokenizer: WhisperTokenizer, language: str | None, task: str) -> list[int]:
+    """The decoder prompt without timestamps: [sot, (language, task,)] + [notimestamps]."""
+    return [*tokenizer.sot_sequence(language, task), tokenizer.no_timestamps]
+
+
+class _TorchDrafter:
+    """Any Whisper through the lean `WhisperTarget` decoder, yielding text after every token.
+
+    torch and transformers are imported here, in the child, so a CTranslate2 drafter
+    process never loads them (seconds of start-up and hundreds of MB saved).
+    """
+
+    def __init__(self, spec: DrafterSpec) -> None:
+        import torch
+
+        from as2d.models.bundled import load_whisper
+        from as2d.models.whisper import WhisperTarget
+
+        torch.set_num_threads(spec.threads)
+        torch.set_num_interop_threads(1)
+        model, self.tokenizer = load_whisper(spec.name)
+        self.model = WhisperTarget(model, self.tokenizer)
+        self.spec = spec
+
+    def encode(self, audio: np.ndarray) -> Any:
+        return self.model.encode(audio)
+
+    def texts(self, encoded: Any) -> Iterator[tuple[int, str]]:
+        language = self.spec.language
+        if self.tokenizer.multilingual and language is None:
+            language = self.model.detect_language(encoded)
+        prompt = _prompt(self.tokenizer, language, self.spec.task)
+        scores = self.model.prefill(encoded, prompt)  # [V]
+        tokens: list[int] = []
+        while True:
+            token = int(scores.argmax())
+            if token in self.model.eot_ids or self.model.length >= self.model.max_length:
+                return
+            tokens.append(token)
+            yield len(tokens), self.tokenizer.decode(tokens)
+            scores = self.model.forward([token])[-1]
+
+
+class _CT2Drafter:
+    """A CTranslate2 Whisper at int8: greedy, no timestamps, one text per window.
+
+    Log-mel features come from faster-whisper's numpy extractor (the same computation
+    as transformers' `WhisperFeatureExtractor`), so this process needs no torch.
+    """
+
+    def __init__(self, spec: DrafterSpec, directory: str) -> None:
+        import ctranslate2
+        from faster_whisper.feature_extractor import FeatureExtractor
+
+        self.model = ctranslate2.models.Whisper(
+            directory, device="cpu", compute_type="int8", intra_threads=spec.threads
+        )
+        self.features = FeatureExtractor(feature_size=self.model.n_mels)
+        self.tokenizer = WhisperTokenizer.from_model_dir(Path(directory))
+        self.storage = ctranslate2.StorageView
+        self.spec = spec
+
+    def encode(self, audio: np.ndarray) -> Any:
+        padded = np.pad(audio[:N_SAMPLES], (0, max(0, N_SAMPLES - len(audio))))
+        feats = self.features(padded, padding=0)[np.newaxis]  # [1, n_mels, 3000]
+        return self.model.encode(self.storage.from_array(feats.astype(np.float32)))
+
+    def texts(self, encoded: Any) -> Iterator[tuple[int, str]]:
+        language = self.spec.language
+        if self.tokenizer.multilingual and language is None:
+            language = self.model.detect_language(encoded)[0][0][0][2:-2]  # "<|en|>" -> "en"
+        prompt = _prompt(self.tokenizer, language, self.spec.task)
+        (result,) = self.model.generate(encoded, [prompt], beam_size=1)
+        ids = result.sequences_ids[0]
+        yield len(ids), self.tokenizer.decode(ids)
+
+
+def _with_fault(
+    fault: str | None, texts: Iterator[tuple[int, str]], seed: int
+) -> Iterator[tuple[int, str]]:
+    """Applies `DrafterSpec.fault` (tests and robustness benchmarks only) to a text stream."""
+    if fault is None:
+        yield from texts
+        return
+    if fault == "empty":
+        return
+    rng = random.Random(seed)
+    noise = ""
+    for n, text in texts:
+        if fault == "sleep":
+            time.sleep(SLEEP_FAULT_S)
+        if fault == "random":
+            noise += " " + "".join(rng.choices(string.ascii_lowercase, k=rng.randint(1, 8)))
+        yield n, noise if fault == "random" else text
+        if fault == "crash":
+            os._exit(CRASH_EXIT_CODE)
+
+
+def _publish(out: Outbox, index: int, sent: str, text: str) -> str:
+    """Sends what changed between the published `sent` and `text`; returns the new published text.
+
+    A trailing U+FFFD (a UTF-8 character split across tokens) is held back until complete.
+    """
+    text = text.rstrip("\ufffd")
+    if text == sent:
+        return sent
+    keep = len(sent) if text.startswith(sent) else _common_prefix(sent, text)
+    out.send("text", index, keep, text[keep:])
+    return text
+
+
+def _common_prefix(a: str, b: str) -> int:
+    """Length of the longest common prefix of `a` and `b`."""
+    n = min(len(a), len(b))
+    return next((i for i in range(n) if a[i] != b[i]), n)
+
+
+def _draft_window(
+    spec: DrafterSpec,
+    drafter: _ChildDrafter,
+    out: Outbox,
+    released: Any,
+    index: int,
+    audio: np.ndarray,
+) -> None:
+    """Drafts one window, publishing its text as it grows; abandons it once the target is done."""
+    start = time.perf_counter()
+    out.send("start", index, start)
+    encoded = drafter.encode(audio)
+    out.send("encoded", index, time.perf_counter())
+    sent, tokens, finished = "", 0, True
+    for count, text in _with_fault(spec.fault, drafter.texts(encoded), index):
+        if released.value >= index:
+            finished = False
+            break
+        sent, tokens = _publish(out, index, sent, text), count
+    out.send("done", index, start, time.perf_counter(), tokens, finished)
+
+
+def _next_window(link: ChildLink) -> tuple[int, np.ndarray] | None:
+    """Waits for the next window, copied out of its slot; None once the parent is gone."""
+    parent = mp.parent_process()
+    try:
+        while parent is None or parent.is_alive():
+            if link.windows.poll(_IDLE_CHECK_S):
+                index, slot, samples = link.windows.recv()
+                return index, link.slots()[slot, :samples].copy()
+    except EOFError:  # the parent closed its end
+        pass
+    return None
+
+
+def child_main(spec: DrafterSpec, link: ChildLink) -> None:
+    """Entry point of the drafter process: load the model, then draft windows in order."""
+    out = Outbox(link.results.fileno())
+    try:
+        ct2 = spec.ct2_model
+        drafter: _ChildDrafter = _CT2Drafter(spec, ct2) if ct2 else _TorchDrafter(spec)
+        out.send("ready", time.perf_counter())
+        while (item := _next_window(link)) is not None:
+            index, audio = item
+            if index > link.released.value:
+                _draft_window(spec, drafter, out, link.released, index, audio)
+    except BrokenPipeError:  # the parent is gone: nobody to tell
+        return
+    except Exception as err:
+        out.send("error", f"{type(err).__name__}: {err}")
+        raise
+
+
+# ---------------------------------------------------------------- parent side
