@@ -15,7 +15,7 @@ import os
 import re
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +26,7 @@ from as2d.engine.as2d import SpeculativeDecoder
 from as2d.engine.calibrate import cached_cost
 from as2d.engine.decode import decode_target_only
 from as2d.engine.policy import AutoBudget, BudgetPolicy, FixedBudget
+from as2d.engine.speculative import StepCounts
 from as2d.models.bundled import cache_root, load_whisper
 from as2d.models.whisper import EncodedAudio, WhisperTarget
 from as2d.runtime.drafter import DrafterProcess, DrafterSpec
@@ -158,15 +159,13 @@ class Transcriber:
         o = self.options
         if o.method == "target":
             return None
-        policy: BudgetPolicy = (
-            FixedBudget(o.budget)
-            if o.budget is not None
-            else AutoBudget(
-                cached_cost(
-                    self._cost_path(threads), self.target, encoded, self._prompt("en"), o.max_k
-                )
-            )
-        )
+        policy: BudgetPolicy
+        if o.budget is not None:
+            policy = FixedBudget(o.budget)
+        else:
+            prompt = self._prompt("en")
+            cost = cached_cost(self._cost_path(threads), self.target, encoded, prompt, o.max_k)
+            policy = AutoBudget(cost)
         return SpeculativeDecoder(self.target, self.tokenizer, policy, drafter, o.max_k)
 
     def _cost_path(self, threads: int) -> Path:
@@ -208,21 +207,17 @@ class Transcriber:
             language = self.target.detect_language(encoded)
         prompt = self._prompt(language)
         if self.speculative is None:
-            token_ids, counts = decode_target_only(self.target, encoded, prompt, self.rule), None
+            token_ids = decode_target_only(self.target, encoded, prompt, self.rule)
+            counts = StepCounts(plain_steps=len(token_ids))
         else:
             token_ids, counts = self.speculative.decode(window, encoded, prompt, self.rule)
         t2 = time.perf_counter()
         text = self.tokenizer.decode(token_ids).strip()
+        w = window
         result = WindowResult(
-            window.index, window.start, window.end, text, token_ids, t1 - t0, t2 - t1
+            w.index, w.start, w.end, text, token_ids, t1 - t0, t2 - t1, **asdict(counts)
         )
         result.started_at = t0
-        if counts is not None:
-            result.verify_passes, result.plain_steps = counts.verify_passes, counts.plain_steps
-            result.accepted_tokens, result.drafted_tokens = (
-                counts.accepted_tokens,
-                counts.drafted_tokens,
-            )
         return result, language
 
     def _prompt(self, language: str | None) -> list[int]:
