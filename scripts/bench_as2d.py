@@ -89,6 +89,12 @@ class Config:
     drafter_threads: int = 0
     budget: int | None = None  # None: auto
 
+    @property
+    def budget_label(self) -> str:
+        if self.method == "target":
+            return "-"
+        return "auto" if self.budget is None else str(self.budget)
+
     def options(self, target: str, language: str | None) -> Options:
         return Options(
             target=target,
@@ -591,13 +597,7 @@ def summarise(
     base_decode = sum(len(w.token_ids) for w in base_windows.values()) / sum(
         w.decode_s for w in base_windows.values()
     )
-    slower = identical = 0
-    for r in mine:
-        for w in r.windows:
-            b = base_windows.get((r.recording, w.index))
-            slower += b is not None and w.encode_s + w.decode_s > b.encode_s + b.decode_s
-            ref = ref_windows.get((r.recording, w.index))
-            identical += ref is not None and ref.token_ids == w.token_ids
+    slower, identical = _compare_windows(mine, base_windows, ref_windows)
     verify = sum(w.verify_passes for w in windows)
     plain = sum(w.plain_steps for w in windows)
     refs = {rec.name: rec for rec in recordings}
@@ -607,11 +607,7 @@ def summarise(
         threads=config.threads,
         drafter=config.drafter,
         drafter_threads=config.drafter_threads,
-        budget="-"
-        if config.method == "target"
-        else "auto"
-        if config.budget is None
-        else str(config.budget),
+        budget=config.budget_label,
         recordings=len(mine),
         windows=len(windows),
         tokens=tokens,
@@ -631,6 +627,22 @@ def summarise(
         wer=wer([refs[r.recording].text for r in mine], [r.text for r in mine], "en"),
         load_1min=statistics.mean(r.load_1min for r in mine),
     )
+
+
+def _compare_windows(
+    runs: Sequence[RecordingRun],
+    baseline: dict[tuple[str, int], WindowResult],
+    reference: dict[tuple[str, int], WindowResult],
+) -> tuple[int, int]:
+    """(windows slower than the baseline's, windows with the reference's exact tokens)."""
+    slower = identical = 0
+    for r in runs:
+        for w in r.windows:
+            b = baseline.get((r.recording, w.index))
+            slower += b is not None and w.encode_s + w.decode_s > b.encode_s + b.decode_s
+            ref = reference.get((r.recording, w.index))
+            identical += ref is not None and ref.token_ids == w.token_ids
+    return slower, identical
 
 
 def median_summary(summaries: Sequence[Summary]) -> Summary:

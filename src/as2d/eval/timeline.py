@@ -229,12 +229,12 @@ def _draw_span(ax: Axes, span: Span, y: int, colors: tuple[str, str], label_s: f
 
 
 def _label(span: Span, wide: bool) -> str:
-    """`w3` on a narrow bar; `w3`, its tokens and (target) how many came from drafts if wide."""
+    """`w3` on a narrow bar; if wide, also its tokens and (target) the accepted draft tokens."""
     if not wide:
         return str(span.window)
     lines = [f"w{span.window}", f"{span.tokens} tok"]
     if span.accepted is not None:
-        lines.append(f"{span.accepted} drafted")
+        lines.append(f"{span.accepted} accepted")
     return "\n".join(lines)
 
 
