@@ -35,6 +35,7 @@ from as2d.verify import Greedy, Rule, Sampling
 
 METHODS = ("as2d", "target", "pld")  # sd (conventional speculative decoding) comes with bench
 TASKS = ("transcribe", "translate")
+DRAFTER_LOAD_S = 120.0  # the most a Transcriber waits for its drafter's model to load
 AudioInput = str | Path | np.ndarray
 
 
@@ -118,6 +119,8 @@ class Transcriber:
         self.rule = _rule(self.options)
         encoded = self.warm_up()
         self.speculative = self._speculative(drafter, encoded, target_threads)
+        if drafter is not None:
+            drafter.wait_ready(DRAFTER_LOAD_S)  # loading is not part of a run's timing
 
     def __enter__(self) -> Transcriber:
         return self

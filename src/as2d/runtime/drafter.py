@@ -158,6 +158,18 @@ class DrafterProcess:
         self._frames = FrameReader(self._results.fileno())
         self._last_heard = time.perf_counter()
 
+    def wait_ready(self, timeout_s: float) -> bool:
+        """Blocks until the drafter's model is loaded, it is lost, or `timeout_s` passes.
+
+        For start-up only (model loading is outside the timed run), never while decoding:
+        without it the drafter misses the first window of a run. Returns `ready`.
+        """
+        deadline = time.perf_counter() + timeout_s
+        while self.alive and not self.ready and time.perf_counter() < deadline:
+            self.poll()
+            time.sleep(0.02)
+        return self.ready
+
     @property
     def alive(self) -> bool:
         """Started, not lost and not closed (as of the last `poll`)."""
