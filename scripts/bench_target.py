@@ -1,11 +1,11 @@
 """Target-only decoding against CTranslate2 (faster-whisper) greedy, on the same windows.
 
-Both runtimes decode the same speech windows of one recording greedily, without
+Every runtime decodes the same speech windows of one recording greedily, without
 timestamps, with the same whisper-base weights (ours: float32 torch; CTranslate2: float32
 and int8), at 1 and 2 threads. Runs are interleaved (each repeat visits every
 configuration in turn) after a warm-up pass, and medians are reported with WER.
 
-    .venv/bin/python scripts/bench_target.py [AUDIO] [--reference TXT] [--repeats 3]
+    .venv/bin/python scripts/bench_target.py [AUDIO] [--reference TXT] [--repeats 3] [--generate]
 """
 
 from __future__ import annotations
@@ -45,6 +45,27 @@ def ours(threads: int, target: str, language: str) -> Decode:
     return decode
 
 
+def generate(threads: int, target: str, language: str) -> Decode:
+    """transformers' own `generate` (greedy, no timestamps) on the converted weights."""
+    transcriber = Transcriber(target=target, method="target", language=language, threads=threads)
+    model, tokenizer = transcriber.target.model, transcriber.tokenizer
+    features = transcriber.target.features
+
+    def decode(windows: list[Window]) -> tuple[str, int]:
+        torch.set_num_threads(threads)
+        texts, tokens = [], 0
+        for w in windows:
+            feats = features(w.audio, sampling_rate=16_000, return_tensors="pt").input_features
+            with torch.inference_mode():
+                out = model.generate(feats, language=language)[0].tolist()
+            ids = [t for t in out if t < tokenizer.eot]
+            texts.append(tokenizer.decode(ids).strip())
+            tokens += len(ids)
+        return " ".join(texts), tokens
+
+    return decode
+
+
 def ctranslate2(threads: int, compute_type: str, target: str, language: str) -> Decode:
     model = WhisperModel(str(ct2_dir(target)), compute_type=compute_type, cpu_threads=threads)
 
@@ -75,6 +96,7 @@ def main() -> None:
     parser.add_argument("--target", default="whisper-base")
     parser.add_argument("--language", default="en")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--generate", action="store_true", help="also time transformers generate")
     args = parser.parse_args()
     command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
     print(f"# {command}\n# load average at start: {os.getloadavg()}")
@@ -86,6 +108,10 @@ def main() -> None:
         configs[f"as2d target-only, torch fp32, {threads} thr"] = ours(
             threads, args.target, args.language
         )
+        if args.generate:
+            configs[f"transformers generate, fp32, {threads} thr"] = generate(
+                threads, args.target, args.language
+            )
         for compute in ("float32", "int8"):
             configs[f"CTranslate2 {compute}, {threads} thr"] = ctranslate2(
                 threads, compute, args.target, args.language
