@@ -73,6 +73,9 @@ MEMORY_PERIOD_S = 0.2  # /proc sampling period of the memory probe
 HOUR_MARKS_MIN = (10.0, 30.0, 60.0)  # --memory-hour: memory reported at these audio minutes
 HOUR_MIN = 61.0  # the long recording's length (a little over the last mark)
 MB = 1 << 20
+TICKS_PER_S = os.sysconf("SC_CLK_TCK")  # /proc CPU times are in these ticks
+QUIET_CORES = 0.3  # other processes using less than this many cores: the machine is quiet
+QUIET_POLL_S = 4.0
 
 
 # ---------------------------------------------------------------- configurations
@@ -223,6 +226,49 @@ def wait_children_idle() -> float:
     return time.perf_counter() - start
 
 
+def machine_busy_ticks() -> int:
+    """Clock ticks all CPUs spent busy so far (/proc/stat: user, nice, system, irq, softirq)."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq = map(int, fields[:7])
+    return user + nice + system + irq + softirq
+
+
+def own_ticks() -> int:
+    """Clock ticks used so far by this process and its live children (the drafters)."""
+    me = _stat_fields(os.getpid())
+    return int(me[11]) + int(me[12]) + children_cpu_ticks()
+
+
+class OthersCpu:
+    """CPU used by processes outside this benchmark, in cores, between `start` and `cores`."""
+
+    def __init__(self) -> None:
+        self.start()
+
+    def start(self) -> None:
+        self._t, self._busy, self._own = time.perf_counter(), machine_busy_ticks(), own_ticks()
+
+    def cores(self) -> float:
+        """Average cores busy with other processes since `start` (1.0: one core's worth)."""
+        ticks = machine_busy_ticks() - self._busy - (own_ticks() - self._own)
+        return max(0.0, ticks / TICKS_PER_S / max(time.perf_counter() - self._t, 1e-6))
+
+
+def wait_quiet(max_wait_s: float) -> float:
+    """Waits (at most `max_wait_s`) until other processes use under QUIET_CORES for a second.
+
+    Returns the other processes' cores measured last (what the run starts with).
+    """
+    deadline = time.perf_counter() + max_wait_s
+    while True:
+        probe = OthersCpu()
+        time.sleep(1.0)
+        others = probe.cores()
+        if others < QUIET_CORES or time.perf_counter() >= deadline:
+            return others
+        time.sleep(QUIET_POLL_S)
+
+
 def _status_kb(pid: int, key: str) -> int:
     """A "key: N kB" line of /proc/PID/status (VmRSS, VmHWM), in kB; 0 if gone."""
     try:
@@ -315,8 +361,9 @@ class RecordingRun:
     drafter_busy_s: float
     drafter_windows: int  # windows the drafter finished
     drafter_lost: bool
-    idle_wait_s: float  # waited for the drafters to go idle before this run
+    idle_wait_s: float  # waited for the drafters to go idle (and others to quiet) before it
     load_1min: float  # load average when it started
+    others_cores: float  # cores other processes kept busy during the run, on average
     text: str = ""
 
 
@@ -328,6 +375,7 @@ class Bench:
     transcribers: dict[str, Transcriber] = field(default_factory=dict)
     keep_history: bool = False
     timelines: Path | None = None  # write the first repeat's timelines here
+    quiet_wait_s: float = 0.0  # before each run, wait up to this long for other processes
 
     def close(self) -> None:
         for transcriber in self.transcribers.values():
@@ -365,14 +413,19 @@ def decode(
 ) -> RecordingRun:
     """Decodes one recording with one configuration, alone on the machine (as far as we can)."""
     transcriber = bench.transcribers[config.name]
-    waited = wait_children_idle()
+    started = time.perf_counter()
+    wait_children_idle()
+    if bench.quiet_wait_s > 0:
+        wait_quiet(bench.quiet_wait_s)
+    waited = time.perf_counter() - started
     torch.set_num_threads(config.threads)  # process-wide: the last Transcriber built set it
     if not bench.keep_history and transcriber.speculative is not None:
         transcriber.speculative.history = HistoryLookup()  # a fresh history per recording
-    load = os.getloadavg()[0]
+    load, others = os.getloadavg()[0], OthersCpu()
     run = transcriber.transcribe(audio)
     results = list(run)
     stats = run.stats
+    others_cores = others.cores()
     wait_children_idle()  # the drafter's last reports are in
     name, repeat, position = tag
     timeline = recording_timeline(transcriber, results, stats, f"{name}: {config.name}")
@@ -392,6 +445,7 @@ def decode(
         stats.drafter is not None and stats.drafter.lost,
         waited,
         load,
+        others_cores,
         run.text,
     )
 
@@ -420,7 +474,7 @@ def measure(bench: Bench, recordings: Sequence[Recording], repeats: int) -> list
                 log(
                     f"[{repeat}] {recording.name} {config.name}: {run.tokens} tokens in "
                     f"{run.wall_s:.2f} s ({run.tokens / run.wall_s:.1f}/s), "
-                    f"load {run.load_1min:.2f}"
+                    f"load {run.load_1min:.2f}, others' cores {run.others_cores:.2f}"
                 )
                 runs.append(run)
             turn += 1
@@ -546,6 +600,7 @@ class Summary:
     identical_windows: int  # windows with the same tokens as target-only (same threads)
     wer: float
     load_1min: float  # mean load average at the start of its runs
+    others_cores: float  # mean cores kept busy by other processes during its runs
 
 
 def best_target(configs: Sequence[Config], runs: Sequence[RecordingRun]) -> Config:
@@ -626,6 +681,7 @@ def summarise(
         identical_windows=identical,
         wer=wer([refs[r.recording].text for r in mine], [r.text for r in mine], "en"),
         load_1min=statistics.mean(r.load_1min for r in mine),
+        others_cores=statistics.mean(r.others_cores for r in mine),
     )
 
 
@@ -700,6 +756,7 @@ class WindowRow:
     accepted_tokens: int
     drafted_tokens: int
     load_1min: float  # load average when the run started
+    others_cores: float  # cores other processes kept busy during the run
     text: str
 
 
@@ -733,6 +790,7 @@ def window_rows(
                 w.accepted_tokens,
                 w.drafted_tokens,
                 run.load_1min,
+                run.others_cores,
                 w.text,
             )
 
@@ -748,7 +806,7 @@ def main_table(results: Sequence[Summary], baseline: str) -> str:
     header = [
         "configuration", "tokens", "wall s", "tok/s", "speedup", "decode s", "decode tok/s",
         "decode speedup", "slower windows", "acc/verify", "plain steps", "drafter busy s",
-        "identical", "WER %",
+        "identical", "WER %", "others' cores",
     ]  # fmt: skip
     rows = [
         [
@@ -766,6 +824,7 @@ def main_table(results: Sequence[Summary], baseline: str) -> str:
             f"{s.drafter_busy_s:.1f}" if s.drafter else "-",
             f"{s.identical_windows}/{s.windows}",
             f"{100 * s.wer:.2f}",
+            f"{s.others_cores:.2f}",
         ]
         for s in results
     ]
@@ -902,6 +961,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--splits", default="1+1,2+1", help="target+drafter threads, comma-separated")
     p.add_argument("--budgets", default="auto", help="auto and/or fixed k, comma-separated")
     p.add_argument("--repeats", type=int, default=1, help="passes over the set (medians if > 1)")
+    p.add_argument(
+        "--quiet-wait",
+        type=float,
+        default=20.0,
+        help="before each run, wait up to this many seconds for other processes to go quiet",
+    )
     p.add_argument("--keep-history", action="store_true", help="history lookup across files")
     p.add_argument("--no-memory", action="store_true", help="skip the memory probes")
     p.add_argument("--memory-hour", action="store_true", help="RSS at 10/30/60 min (long)")
@@ -950,7 +1015,10 @@ def render_report(
         "- wall: per recording, start of the first window to end of the last (audio decoding "
         "and VAD included); decode: prefill + decoder steps; per-window wall (slower windows): "
         "encode_s + decode_s against the same window under the baseline",
-        "- identical: windows whose tokens equal target-only with the same target threads",
+        "- identical: windows whose tokens equal target-only with the same target threads "
+        "(target-only itself: equal to the baseline's)",
+        "- others' cores: CPU kept busy by processes outside the benchmark during its runs, "
+        "in cores (from /proc/stat less this process tree); the machine has 2",
         "",
         "## Pooled",
         "",
@@ -1021,6 +1089,7 @@ def run_bench(args: argparse.Namespace, command: str) -> str:
     try:
         warm_up(bench, load_audio(str(shortest.audio))[: int(WARM_UP_S * SAMPLE_RATE)])
         bench.timelines = args.out / "timelines"
+        bench.quiet_wait_s = args.quiet_wait
         runs = measure(bench, recordings, args.repeats)
     finally:
         bench.close()
