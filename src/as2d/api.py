@@ -15,6 +15,7 @@ import os
 import re
 import time
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -57,6 +58,7 @@ class Options:
     # Threads: default splits the cores between target and drafter (as2d), else all cores
     threads: int | None = None  # the target's torch threads
     drafter_threads: int | None = None
+    lend_cores: bool = True  # as2d: the encoder also uses the drafter's cores when it is ahead
     drafter_fault: str | None = None  # tests and robustness benchmarks only (DrafterSpec.fault)
 
 
@@ -107,6 +109,7 @@ class Transcriber:
         self.options = options or Options(**overrides)  # type: ignore[arg-type]
         _check(self.options)
         target_threads, drafter_threads = thread_split(self.options)
+        self.threads, self.drafter_threads = target_threads, drafter_threads
         torch.set_num_threads(target_threads)
         drafter = self._start_drafter(drafter_threads)  # loads while the target loads
         try:
@@ -204,10 +207,13 @@ class Transcriber:
     ) -> tuple[WindowResult, str | None]:
         """Decode one window; returns its result and the language (detected if None)."""
         t0 = time.perf_counter()
-        encoded = self.target.encode(window.audio)
+        spec = self.speculative
+        lend = spec.lend_cores(window) if spec and self.options.lend_cores else nullcontext(False)
+        with lend as lent, _threads(self.threads + self.drafter_threads * lent):
+            encoded = self.target.encode(window.audio)
+            if language is None and self.tokenizer.multilingual:
+                language = self.target.detect_language(encoded)
         t1 = time.perf_counter()
-        if language is None and self.tokenizer.multilingual:
-            language = self.target.detect_language(encoded)
         prompt = self._prompt(language)
         if self.speculative is None:
             token_ids = decode_target_only(self.target, encoded, prompt, self.rule)
@@ -227,6 +233,17 @@ class Transcriber:
         """Whisper's decoder prompt: start of transcript, language, task, no timestamps."""
         sot = self.tokenizer.sot_sequence(language, self.options.task)
         return [*sot, self.tokenizer.no_timestamps]
+
+
+@contextmanager
+def _threads(n: int) -> Iterator[None]:
+    """Runs a block with n torch threads, then goes back to the previous count."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def _rule(options: Options) -> Rule:

@@ -93,6 +93,25 @@ def test_torch_drafter_streams_text_token_by_token(clip: np.ndarray) -> None:
 
 
 @pytest.mark.slow
+def test_lent_cores_pause_the_drafter_between_tokens(clip: np.ndarray) -> None:
+    with DrafterProcess(DrafterSpec("whisper-tiny.en", threads=1)) as drafter:
+        drafter.wait_ready(120)
+        with drafter.lend_cores() as free:
+            assert free, "an idle drafter lends its cores at once"
+        drafter.submit(window(0, clip))
+        wait_for(drafter, lambda: len(drafter.text(0)) > 5)
+        with drafter.lend_cores(wait_s=5.0) as free:  # a token takes 20-100 ms here
+            assert free, "a torch drafter stops at its next token"
+            drafter.poll()
+            paused_at = drafter.text(0)
+            time.sleep(0.5)  # several tokens' time
+            drafter.poll()
+            assert drafter.text(0) == paused_at and not drafter.done(0)
+        wait_for(drafter, lambda: drafter.done(0))
+        assert close_to_reference(drafter.text(0)), drafter.text(0)
+
+
+@pytest.mark.slow
 def test_ct2_drafter_publishes_the_window_text(clip: np.ndarray, ct2_ready: None) -> None:
     with DrafterProcess(DrafterSpec(CT2_TINY, threads=1)) as drafter:
         drafter.submit(window(0, clip))

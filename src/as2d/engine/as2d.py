@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
@@ -83,6 +84,25 @@ class SpeculativeDecoder:
             self.drafter.release(self.base + window.index)
         self.history.end_window()
         return tokens, counts
+
+    @contextmanager
+    def lend_cores(self, window: Window) -> Iterator[bool]:
+        """Whether the target may also use the drafter's cores during the block (its encoder).
+
+        Yes when there is no drafter left, or when the drafter has already finished `window`
+        (it is ahead): it is then paused for the block. No while it still drafts `window`,
+        whose text the target is about to need.
+        """
+        d = self.drafter
+        if d is not None:
+            d.poll()
+        if d is None or not d.alive:
+            yield True
+        elif not d.done(self.base + window.index):
+            yield False
+        else:
+            with d.lend_cores() as free:
+                yield free
 
     def activity(self) -> DrafterActivity | None:
         """The drafter's work so far (None without a drafter)."""

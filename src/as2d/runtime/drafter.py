@@ -12,6 +12,12 @@ IPC, chosen so that no parent-side call can block (no threads, no locks, no big 
     parent ── (index, slot, samples) on a pipe, a few bytes per window ─────────────────────► child
     parent ◄── length-prefixed pickled tuples on a pipe, read with O_NONBLOCK ─────────────── child
     parent ── `released`: shared int, the last window the target is done with ──────────────► child
+    parent ── `pause`: shared flag, set while the target borrows the drafter's cores ────────► child
+    parent ◄── `working`: shared flag, the child's state (IDLE, WORKING, BUSY; see spec.py) ── child
+
+The target borrows the drafter's cores for its encoder when the drafter is ahead (done with
+the window the target starts): the encoder is most of a window's target time and runs
+nearly twice as fast on two cores, while the drafter's lead absorbs the pause.
 
 At most `lookahead + 1` windows are in flight (see `DrafterProcess.wants`), so window i's
 slot (i mod lookahead + 1) is reused only once the target is done with window i; the
@@ -53,8 +59,10 @@ from as2d.runtime.spec import (
     CRASH_EXIT_CODE,
     CT2_PREFIX,
     FAULTS,
+    IDLE,
     N_SAMPLES,
     SLEEP_FAULT_S,
+    WORKING,
     BusyInterval,
     DrafterSpec,
 )
@@ -71,6 +79,7 @@ __all__ = [
     "DrafterSpec",
 ]
 
+LEND_WAIT_S = 0.1  # lend_cores: the longest wait for a drafter to stop (a few tokens)
 _THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 _CHILD_ENV = (
     ("OMP_WAIT_POLICY", "PASSIVE"),  # idle drafter threads sleep instead of spinning on cores
@@ -116,6 +125,8 @@ class DrafterProcess:
         self._drafts: dict[int, _WindowDraft] = {}
         self._submitted = -1  # highest window index submitted
         self._released: Any = self._ctx.RawValue("q", -1)  # shared with the child
+        self._pause: Any = self._ctx.RawValue("b", 0)  # shared: see lend_cores
+        self._working: Any = self._ctx.RawValue("b", 0)
         self._encoded: dict[int, float] = {}  # window -> time its encoding ended
         self._last_heard = 0.0
         self._closed = False
@@ -148,7 +159,7 @@ class DrafterProcess:
         self._slot_audio = np.frombuffer(self._audio, np.float32).reshape(self._slots, N_SAMPLES)
         windows, self._windows = self._ctx.Pipe(duplex=False)
         self._results, results = self._ctx.Pipe(duplex=False)
-        link = ChildLink(windows, results, self._released, self._audio)
+        link = ChildLink(windows, results, self._released, self._audio, self._pause, self._working)
         self._process = self._ctx.Process(target=child_main, args=(spec, link), daemon=True)
         with _child_env(self.spec.threads):
             self._process.start()
@@ -250,6 +261,25 @@ class DrafterProcess:
             del self._drafts[i]
         for i in [i for i in self._encoded if i <= index]:
             del self._encoded[i]
+
+    @contextmanager
+    def lend_cores(self, wait_s: float = LEND_WAIT_S) -> Iterator[bool]:
+        """Pauses the drafter for the duration of the block, so the target can use its cores.
+
+        The drafter stops at its next token (or before its next window's encoder) and sleeps
+        until the block ends. Yields whether its cores are free: True once it has stopped (or
+        is idle, or gone); False if it is still computing after `wait_s`, or cannot stop (a
+        CTranslate2 drafter inside a window's decoding), and then the target should not count
+        on them.
+        """
+        self._pause.value = 1
+        try:
+            deadline = time.perf_counter() + wait_s
+            while self._working.value == WORKING and time.perf_counter() < deadline:
+                time.sleep(0.001)
+            yield self._working.value == IDLE or not self.alive
+        finally:
+            self._pause.value = 0
 
     def close(self) -> None:
         """Stops the drafter process: terminate, then kill; waits at most about 2 s."""

@@ -22,9 +22,18 @@ import numpy as np
 
 from as2d.models.tokenizer import WhisperTokenizer
 from as2d.runtime.frames import Outbox
-from as2d.runtime.spec import CRASH_EXIT_CODE, N_SAMPLES, SLEEP_FAULT_S, DrafterSpec
+from as2d.runtime.spec import (
+    BUSY,
+    CRASH_EXIT_CODE,
+    IDLE,
+    N_SAMPLES,
+    SLEEP_FAULT_S,
+    WORKING,
+    DrafterSpec,
+)
 
 _IDLE_CHECK_S = 0.5  # an idle child checks this often that its parent is still alive
+_PAUSE_POLL_S = 0.002  # a paused child checks this often whether it may go on
 
 
 @dataclass(frozen=True)
@@ -35,6 +44,8 @@ class ChildLink:
     results: Connection  # writes framed messages (module docstring)
     released: Any  # RawValue("q"): the last window the target is done with
     audio: Any  # RawArray("f", slots * N_SAMPLES): window audio, one slot per window in flight
+    pause: Any  # RawValue("b"): set by the parent while it borrows the drafter's cores
+    working: Any  # RawValue("b"): the child's state, IDLE, WORKING or BUSY (spec.py)
 
     def slots(self) -> np.ndarray:
         """The audio slots as an array view: [slots, N_SAMPLES] float32."""
@@ -50,6 +61,11 @@ class _ChildDrafter(Protocol):
 
     def texts(self, encoded: Any) -> Iterator[tuple[int, str]]:
         """Greedy decoding; yields (tokens so far, their text) as the text grows."""
+        ...
+
+    @property
+    def streams(self) -> bool:
+        """Whether `texts` yields token by token (and so can pause between tokens)."""
         ...
 
 
@@ -76,6 +92,7 @@ class _TorchDrafter:
         model, self.tokenizer = load_whisper(spec.name)
         self.model = WhisperTarget(model, self.tokenizer)
         self.spec = spec
+        self.streams = True
 
     def encode(self, audio: np.ndarray) -> Any:
         return self.model.encode(audio)
@@ -114,6 +131,7 @@ class _CT2Drafter:
         self.tokenizer = WhisperTokenizer.from_model_dir(Path(directory))
         self.storage = ctranslate2.StorageView
         self.spec = spec
+        self.streams = False
 
     def encode(self, audio: np.ndarray) -> Any:
         padded = np.pad(audio[:N_SAMPLES], (0, max(0, N_SAMPLES - len(audio))))
@@ -170,25 +188,40 @@ def _common_prefix(a: str, b: str) -> int:
     return next((i for i in range(n) if a[i] != b[i]), n)
 
 
+def _hold(link: ChildLink) -> None:
+    """Waits, off the cores, while the parent borrows them (see `DrafterProcess.lend_cores`)."""
+    if link.pause.value:
+        link.working.value = IDLE
+        while link.pause.value:
+            time.sleep(_PAUSE_POLL_S)
+    link.working.value = WORKING
+
+
 def _draft_window(
     spec: DrafterSpec,
     drafter: _ChildDrafter,
     out: Outbox,
-    released: Any,
+    link: ChildLink,
     index: int,
     audio: np.ndarray,
 ) -> None:
-    """Drafts one window, publishing its text as it grows; abandons it once the target is done."""
+    """Drafts one window, publishing its text as it grows; abandons it once the target is done.
+
+    Before the encoder and between tokens it gives its cores up while the parent asks for them.
+    """
     start = time.perf_counter()
     out.send("start", index, start)
+    _hold(link)
     encoded = drafter.encode(audio)
     out.send("encoded", index, time.perf_counter())
     sent, tokens, finished = "", 0, True
+    link.working.value = WORKING if drafter.streams else BUSY
     for count, text in _with_fault(spec.fault, drafter.texts(encoded), index):
-        if released.value >= index:
+        if link.released.value >= index:
             finished = False
             break
         sent, tokens = _publish(out, index, sent, text), count
+        _hold(link)
     out.send("done", index, start, time.perf_counter(), tokens, finished)
 
 
@@ -215,7 +248,8 @@ def child_main(spec: DrafterSpec, link: ChildLink) -> None:
         while (item := _next_window(link)) is not None:
             index, audio = item
             if index > link.released.value:
-                _draft_window(spec, drafter, out, link.released, index, audio)
+                _draft_window(spec, drafter, out, link, index, audio)
+                link.working.value = IDLE
     except BrokenPipeError:  # the parent is gone: nobody to tell
         return
     except Exception as err:
