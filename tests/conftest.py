@@ -98,7 +98,9 @@ def _tiny_qwen_config(family: str, vocab: int, audio_id: int) -> Any:
     }
     if family == "qwen2_audio":
         return Qwen2AudioConfig(
-            audio_config=audio, text_config={**text, "model_type": "qwen2"}, audio_token_index=audio_id
+            audio_config=audio,
+            text_config={**text, "model_type": "qwen2"},
+            audio_token_index=audio_id,
         )
     rope = {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [1, 1, 2]}
     vision = {"depth": 1, "hidden_size": 16, "intermediate_size": 32, "num_heads": 2}

@@ -4,7 +4,8 @@
 early as its lookahead allows, so the drafter's text for a window is (mostly) ready when
 the target starts on it. `SpeculativeDecoder` decodes one window with the candidate sources
 (the drafter's stream re-encoded in the target's vocabulary, lookup in earlier windows'
-output and in the user's request) and never waits for the drafter: a source with nothing ready proposes nothing.
+output and in the user's request) and never waits for the drafter: a source with nothing
+ready proposes nothing.
 Without a drafter (`drafter=None`) it is prompt/history lookup decoding (`pld`).
 """
 
