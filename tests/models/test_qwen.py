@@ -35,13 +35,13 @@ class ReplayDrafter:
     """A drafter's published text for window 0, as `DraftTokens` reads it."""
 
     def __init__(self, text: str) -> None:
-        self._text = text
+        self.published = text
 
     def poll(self) -> None:
         """Nothing arrives: the text is all there."""
 
     def text(self, index: int) -> str:
-        return self._text if index == 0 else ""
+        return self.published if index == 0 else ""
 
 
 def edit_words(text: str, seed: int, rate: float) -> str:
@@ -143,3 +143,55 @@ def test_rollback_restores_the_scores(case) -> None:
     again = target.forward(expected[1:3])
     torch.testing.assert_close(again, first[1:])
     assert isinstance(target, ChatAudioTarget)
+
+
+def test_full_omni_checkpoint_loads_its_thinker(tiny_qwen_dirs: dict[str, Path], tmp_path) -> None:
+    """A whole Qwen2.5-Omni checkpoint ("qwen2_5_omni": thinker + talker) decodes with its
+    thinker; here one saved without the talker, as `enable_audio_output=False` does."""
+    from transformers import (
+        AutoTokenizer,
+        Qwen2_5OmniConfig,
+        Qwen2_5OmniForConditionalGeneration,
+        Qwen2_5OmniThinkerConfig,
+    )
+
+    thinker_dir = tiny_qwen_dirs["qwen2_5_omni_thinker"]
+    thinker = Qwen2_5OmniThinkerConfig.from_pretrained(thinker_dir)
+    config = Qwen2_5OmniConfig(thinker_config=thinker.to_dict(), enable_audio_output=False)
+    torch.manual_seed(0)
+    full = Qwen2_5OmniForConditionalGeneration(config).eval()
+    full.save_pretrained(tmp_path)
+    AutoTokenizer.from_pretrained(thinker_dir).save_pretrained(tmp_path)
+    torch.save({}, tmp_path / "spk_dict.pt")  # voices: read by from_pretrained, unused here
+    target = load_target(str(tmp_path))
+    assert isinstance(target, OmniThinkerTarget)
+    torch.testing.assert_close(target.model.lm_head.weight, full.thinker.lm_head.weight)
+    encoded = target.encode(np.zeros(16_000, dtype=np.float32))
+    prompt = target.prompt(encoded, Request("transcribe"))
+    assert prompt.count(target.audio_id) == encoded.audio_tokens == 25  # 1 s: 100 frames / 4
+    decode_target_only(target, encoded, prompt)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        " Welcome to Comedian Mail. First, I will guide you through a short setup process.",
+        " It's 3:45pm -- don't   stop!\nNew line, 12,000 items... ok?  Ünïcødé naïve café 日本語",
+        " Press 1 now, otherwise press star now. 7 key for Q and the 9 key for Z.",
+    ],
+)
+def test_draft_tokens_equal_a_full_qwen_encode_at_every_step(
+    text: str, tiny_qwen_dirs: dict[str, Path]
+) -> None:
+    """Incremental re-encoding cuts before a space that starts a word: safe under Qwen2's
+    pre-tokenizer too. Whisper's leading space is dropped for these targets."""
+    from transformers import AutoTokenizer
+
+    from as2d.models.qwen import HFTokenizer
+
+    tokenizer = HFTokenizer(AutoTokenizer.from_pretrained(tiny_qwen_dirs["qwen2_audio"]))
+    drafter = ReplayDrafter("")
+    stream = DraftTokens(drafter, 0, tokenizer, leading_space=False)
+    for end in range(len(text) + 1):
+        drafter.published = text[:end]
+        assert stream.tokens() == tokenizer.encode(text[:end].lstrip()), text[:end]

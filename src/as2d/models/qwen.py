@@ -57,7 +57,7 @@ class EncodedWindow:
     audio_tokens: int  # how many <|AUDIO|> placeholders its encoder output fills
 
 
-class TextTokenizer:
+class HFTokenizer:
     """A Hugging Face tokenizer as the engine uses it: plain text in, plain text out."""
 
     def __init__(self, tokenizer: Any) -> None:
@@ -91,7 +91,7 @@ class ChatAudioTarget:
     follows_requests = True  # answers free requests (`ask`)
     leading_space = False  # output starts "Hello", not Whisper's " Hello"
 
-    def __init__(self, model: PreTrainedModel, tokenizer: TextTokenizer) -> None:
+    def __init__(self, model: PreTrainedModel, tokenizer: HFTokenizer) -> None:
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.device = model.device
@@ -118,7 +118,7 @@ class ChatAudioTarget:
             name_or_path, dtype=dtype or "auto", local_files_only=local
         ).to(device)
         hf_tokenizer = AutoTokenizer.from_pretrained(name_or_path, local_files_only=local)
-        return cls(model, TextTokenizer(hf_tokenizer))
+        return cls(model, HFTokenizer(hf_tokenizer))
 
     @torch.inference_mode()
     def encode(self, audio: np.ndarray) -> EncodedWindow:
@@ -237,4 +237,4 @@ class OmniThinkerTarget(ChatAudioTarget):
             name_or_path, dtype=dtype or "auto", local_files_only=local, enable_audio_output=False
         )
         hf_tokenizer = AutoTokenizer.from_pretrained(name_or_path, local_files_only=local)
-        return cls(full.thinker.to(device), TextTokenizer(hf_tokenizer))
+        return cls(full.thinker.to(device), HFTokenizer(hf_tokenizer))
