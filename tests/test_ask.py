@@ -96,3 +96,15 @@ def test_unknown_target_family_is_one_line_and_exit_2(tmp_path, capsys) -> None:
     code = main(["ask", str(CLIP), REQUEST, "--target", str(tmp_path), "--no-progress"])
     _, err = capsys.readouterr()
     assert code == 2 and err.count("\n") == 1 and "'gpt2'" in err, err
+
+
+def test_auto_budget_with_a_long_chat_prompt(tiny_qwen_dirs, tmp_path, monkeypatch) -> None:
+    """The cost calibration runs on the warm-up prompt, longer than its usual context here."""
+    monkeypatch.setenv("AS2D_CACHE", str(tmp_path))  # the measured cost is stored there
+    directory = tiny_qwen_dirs["qwen2_5_omni_thinker"]
+    options = Options(target=str(directory), method="pld", task="ask", request=REQUEST, threads=1)
+    with Transcriber(options) as transcriber:
+        got = transcriber.transcribe(CLIP)
+        _ = got.stats
+    assert [w.token_ids for w in got.results] == [w.token_ids for w in ask(directory, "target")]
+    assert list((tmp_path / "cost").glob("*.json"))
