@@ -7,6 +7,11 @@ Example:
     ...     for window in run:          # WindowResult, as each window finishes
     ...         print(window.start, window.text)
     ...     print(run.stats.tokens_per_s)  # RunStats, once every window is done
+
+Audio LLM targets also answer requests, window by window (task "ask"):
+    >>> options = Options(target="Qwen/Qwen2-Audio-7B-Instruct", task="ask",
+    ...                   request="Who is calling, and why?")
+    >>> print(Transcriber(options).transcribe("call.wav").text)
 """
 
 from __future__ import annotations
