@@ -7,6 +7,11 @@ Example:
     ...     for window in run:          # WindowResult, as each window finishes
     ...         print(window.start, window.text)
     ...     print(run.stats.tokens_per_s)  # RunStats, once every window is done
+
+Audio LLM targets also answer requests, window by window (task "ask"):
+    >>> options = Options(target="Qwen/Qwen2-Audio-7B-Instruct", task="ask",
+    ...                   request="Who is calling, and why?")
+    >>> print(Transcriber(options).transcribe("call.wav").text)
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -28,14 +34,15 @@ from as2d.engine.calibrate import cached_cost
 from as2d.engine.decode import decode_target_only
 from as2d.engine.policy import AutoBudget, BudgetPolicy, FixedBudget
 from as2d.engine.speculative import StepCounts
-from as2d.models.bundled import cache_root, load_whisper
-from as2d.models.whisper import EncodedAudio, WhisperTarget
+from as2d.engine.target import Request
+from as2d.models.bundled import cache_root
+from as2d.models.targets import adapter_class, load_target
 from as2d.runtime.drafter import DrafterProcess, DrafterSpec
 from as2d.types import SAMPLE_RATE, RunStats, Window, WindowResult
 from as2d.verify import Greedy, Rule, Sampling
 
 METHODS = ("as2d", "target", "pld")  # sd (conventional speculative decoding) comes with bench
-TASKS = ("transcribe", "translate")
+TASKS = ("transcribe", "translate", "ask")
 DRAFTER_LOAD_S = 120.0  # the most a Transcriber waits for its drafter's model to load
 AudioInput = str | Path | np.ndarray
 
@@ -47,7 +54,8 @@ class Options:
     target: str = "whisper-base"  # bundled name, local directory or Hugging Face id
     method: str = "as2d"  # one of METHODS
     language: str | None = None  # None: detected from the first window (multilingual targets)
-    task: str = "transcribe"  # "transcribe" or "translate" (to English)
+    task: str = "transcribe"  # "transcribe", "translate" (to English) or "ask" (audio LLMs)
+    request: str | None = None  # the user's request about the audio (task "ask")
     temperature: float = 0.0  # 0: greedy (exact tokens); > 0: sampling (exact distribution)
     seed: int | None = None  # sampling seed, for reproducible runs
     # Speculation (as2d, pld)
@@ -108,17 +116,24 @@ class Transcriber:
     def __init__(self, options: Options | None = None, **overrides: object) -> None:
         self.options = options or Options(**overrides)  # type: ignore[arg-type]
         _check(self.options)
+        if self.options.task == "ask" and not adapter_class(self.options.target).follows_requests:
+            raise ValueError(
+                f"target {self.options.target} cannot follow requests: ask needs an audio LLM "
+                "target (Qwen2-Audio, Qwen2.5-Omni)"
+            )
         target_threads, drafter_threads = thread_split(self.options)
         self.threads, self.drafter_threads = target_threads, drafter_threads
         torch.set_num_threads(target_threads)
         drafter = self._start_drafter(drafter_threads)  # loads while the target loads
         try:
-            model, self.tokenizer = load_whisper(self.options.target)
+            self.target = load_target(self.options.target)
         except BaseException:
             if drafter is not None:
                 drafter.close()
             raise
-        self.target = WhisperTarget(model, self.tokenizer)
+        self.tokenizer = self.target.tokenizer
+        request = self.options.request if self.options.task == "ask" else None
+        self.request_tokens = self.tokenizer.encode(request) if request else []
         self.rule = _rule(self.options)
         encoded = self.warm_up()
         self.speculative = self._speculative(drafter, encoded, target_threads)
@@ -136,12 +151,13 @@ class Transcriber:
         if self.speculative is not None and self.speculative.drafter is not None:
             self.speculative.drafter.close()
 
-    def warm_up(self) -> EncodedAudio:
+    def warm_up(self) -> Any:
         """Encoder, prefill and decoder passes of 1 and 8 tokens, so timings exclude first calls."""
         encoded = self.target.encode(np.zeros(SAMPLE_RATE, dtype=np.float32))
-        self.target.prefill(encoded, self._prompt(self.options.language or "en"))
-        self.target.forward([self.tokenizer.eot])
-        self.target.forward([self.tokenizer.eot] * 8)
+        self.target.prefill(encoded, self._prompt(encoded, self.options.language or "en"))
+        eot = min(self.target.eot_ids)
+        self.target.forward([eot])
+        self.target.forward([eot] * 8)
         return encoded
 
     def transcribe(self, audio: AudioInput) -> Transcription:
@@ -154,13 +170,14 @@ class Transcriber:
         o = self.options
         if o.method != "as2d":
             return None
-        spec = DrafterSpec(o.drafter, threads, o.language, o.task, o.lookahead, o.drafter_fault)
+        task = "transcribe" if o.task == "ask" else o.task  # ask: drafts are the transcript
+        spec = DrafterSpec(o.drafter, threads, o.language, task, o.lookahead, o.drafter_fault)
         drafter = DrafterProcess(spec)
         drafter.start()
         return drafter
 
     def _speculative(
-        self, drafter: DrafterProcess | None, encoded: EncodedAudio, threads: int
+        self, drafter: DrafterProcess | None, encoded: Any, threads: int
     ) -> SpeculativeDecoder | None:
         o = self.options
         if o.method == "target":
@@ -169,10 +186,12 @@ class Transcriber:
         if o.budget is not None:
             policy = FixedBudget(o.budget)
         else:
-            prompt = self._prompt("en")
+            prompt = self._prompt(encoded, "en")
             cost = cached_cost(self._cost_path(threads), self.target, encoded, prompt, o.max_k)
             policy = AutoBudget(cost)
-        return SpeculativeDecoder(self.target, self.tokenizer, policy, drafter, o.max_k)
+        return SpeculativeDecoder(
+            self.target, self.tokenizer, policy, drafter, o.max_k, self.target.leading_space
+        )
 
     def _cost_path(self, threads: int) -> Path:
         name = re.sub(r"[^\w.-]+", "_", self.options.target)
@@ -211,15 +230,16 @@ class Transcriber:
         lend = spec.lend_cores(window) if spec and self.options.lend_cores else nullcontext(False)
         with lend as lent, _threads(self.threads + self.drafter_threads * lent):
             encoded = self.target.encode(window.audio)
-            if language is None and self.tokenizer.multilingual:
-                language = self.target.detect_language(encoded)
+            language = self.target.language(encoded, language)
         t1 = time.perf_counter()
-        prompt = self._prompt(language)
+        prompt = self._prompt(encoded, language)
         if self.speculative is None:
             token_ids = decode_target_only(self.target, encoded, prompt, self.rule)
             counts = StepCounts(plain_steps=len(token_ids))
         else:
-            token_ids, counts = self.speculative.decode(window, encoded, prompt, self.rule)
+            token_ids, counts = self.speculative.decode(
+                window, encoded, prompt, self.rule, self.request_tokens
+            )
         t2 = time.perf_counter()
         text = self.tokenizer.decode(token_ids).strip()
         w = window
@@ -229,10 +249,10 @@ class Transcriber:
         result.started_at = t0
         return result, language
 
-    def _prompt(self, language: str | None) -> list[int]:
-        """Whisper's decoder prompt: start of transcript, language, task, no timestamps."""
-        sot = self.tokenizer.sot_sequence(language, self.options.task)
-        return [*sot, self.tokenizer.no_timestamps]
+    def _prompt(self, encoded: Any, language: str | None) -> list[int]:
+        """The target family's prompt for this window, task, language and request."""
+        o = self.options
+        return self.target.prompt(encoded, Request(o.task, language, o.request))
 
 
 @contextmanager
@@ -260,6 +280,8 @@ def _check(options: Options) -> None:
         raise ValueError(f"unknown method {options.method!r}; choose from {', '.join(METHODS)}")
     if options.task not in TASKS:
         raise ValueError(f"unknown task {options.task!r}; choose from {', '.join(TASKS)}")
+    if options.task == "ask" and not (options.request and options.request.strip()):
+        raise ValueError("the ask task needs a request, e.g. 'Summarise the recording.'")
     if options.temperature < 0:
         raise ValueError(f"temperature must be >= 0, got {options.temperature}")
     if options.budget is not None and not 0 <= options.budget <= options.max_k:

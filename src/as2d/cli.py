@@ -16,7 +16,7 @@ from pathlib import Path
 from tqdm import tqdm
 from transformers.utils import logging as transformers_logging
 
-from as2d.api import METHODS, TASKS, Options, Transcriber, compare
+from as2d.api import METHODS, Options, Transcriber, compare
 from as2d.audio.load import AudioError, audio_duration
 from as2d.eval.timeline import timeline_path, write_timeline
 from as2d.models.bundled import ModelNotFoundError, bundled_names, is_cached
@@ -34,23 +34,12 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("transcribe", help="transcribe (or translate) audio files")
     run.add_argument("files", nargs="+", metavar="FILE", help="wav/flac/ogg/mp3/m4a files")
-    run.add_argument("--target", default="whisper-base", help="bundled name, directory or HF id")
-    run.add_argument("--method", default="as2d", choices=METHODS, help="default: as2d")
-    run.add_argument("--drafter", default="whisper-tiny.en", help="drafter model, or ct2:NAME")
-    run.add_argument("--budget", default="auto", type=budget, help="auto, or a fixed k (0-16)")
-    run.add_argument("--temperature", type=float, default=0.0, help="0: greedy (default)")
-    run.add_argument("--seed", type=int, default=None, help="sampling seed")
-    run.add_argument("--drafter-threads", type=int, default=None, help="default: half the cores")
-    run.add_argument("--language", default=None, help="e.g. en; default: detect (multilingual)")
-    run.add_argument("--task", default="transcribe", choices=TASKS)
-    run.add_argument("--format", default="txt", choices=FORMATS)
-    run.add_argument("-o", "--output-dir", type=Path, help="write FILE.<format> here")
-    run.add_argument("--threads", type=int, default=None, help="torch threads for the target")
-    run.add_argument("--skip-existing", action="store_true", help="skip files already written")
-    run.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
-    run.add_argument(
-        "--timeline", type=Path, metavar="FILE.png", help="draw target/drafter activity (PNG)"
-    )
+    run.add_argument("--task", default="transcribe", choices=("transcribe", "translate"))
+    add_run_options(run)
+    ask = commands.add_parser("ask", help="answer a request about a recording (audio LLMs)")
+    ask.add_argument("file", metavar="FILE", help="wav/flac/ogg/mp3/m4a file")
+    ask.add_argument("request", help='e.g. "Summarise the recording."')
+    add_run_options(ask)
     compare = commands.add_parser("compare", help="target-only vs as2d on one file, side by side")
     compare.add_argument("file", metavar="FILE")
     compare.add_argument("--target", default="whisper-base")
@@ -58,6 +47,26 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--language", default=None)
     commands.add_parser("models", help="list the bundled models and whether they are cached")
     return parser
+
+
+def add_run_options(parser: argparse.ArgumentParser) -> None:
+    """Options shared by `transcribe` and `ask`: models, method, decoding, output."""
+    parser.add_argument("--target", default="whisper-base", help="bundled name, directory or HF id")
+    parser.add_argument("--method", default="as2d", choices=METHODS, help="default: as2d")
+    parser.add_argument("--drafter", default="whisper-tiny.en", help="drafter model, or ct2:NAME")
+    parser.add_argument("--budget", default="auto", type=budget, help="auto, or a fixed k (0-16)")
+    parser.add_argument("--temperature", type=float, default=0.0, help="0: greedy (default)")
+    parser.add_argument("--seed", type=int, default=None, help="sampling seed")
+    parser.add_argument("--drafter-threads", type=int, default=None, help="default: half the cores")
+    parser.add_argument("--language", default=None, help="e.g. en; default: detect (multilingual)")
+    parser.add_argument("--format", default="txt", choices=FORMATS)
+    parser.add_argument("-o", "--output-dir", type=Path, help="write FILE.<format> here")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads for the target")
+    parser.add_argument("--skip-existing", action="store_true", help="skip files already written")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    parser.add_argument(
+        "--timeline", type=Path, metavar="FILE.png", help="draw target/drafter activity (PNG)"
+    )
 
 
 def budget(value: str) -> int | None:
@@ -77,6 +86,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return list_models()
         if args.command == "compare":
             return compare_methods(args)
+        if args.command == "ask":
+            args.files, args.task = [args.file], "ask"
         return transcribe_files(args)
     except (UsageError, ModelNotFoundError) as err:
         return fail(str(err), EXIT_USAGE)
@@ -106,6 +117,7 @@ def transcribe_files(args: argparse.Namespace) -> int:
         method=args.method,
         language=args.language,
         task=args.task,
+        request=getattr(args, "request", None),
         drafter=args.drafter,
         budget=args.budget,
         temperature=args.temperature,

@@ -22,23 +22,28 @@ class _TextSource(Protocol):
 class DraftTokens:
     """A window's drafted text in the TARGET's vocabulary, re-encoded only where it changed.
 
-    Whisper text keeps its leading space (" Hello"), as the model emits it. Encoding is
-    incremental: the text before the last safe cut (a space that starts a word, after a
-    non-space) tokenizes the same alone as inside the whole text under Whisper's GPT-2
-    pre-tokenization, so only the text after the cut is encoded again.
+    Whisper text keeps its leading space (" Hello"), as the model emits it; for targets
+    whose text starts without one (chat models: "Hello"), `leading_space=False` strips it.
+    Encoding is incremental: the text before the last safe cut (a space that starts a word,
+    after a non-space) tokenizes the same alone as inside the whole text under Whisper's
+    GPT-2 pre-tokenization and Qwen2's, so only the text after the cut is encoded again.
 
     Args:
         drafter: where the text comes from (a `DrafterProcess`); polled on every read.
         index: the window.
         tokenizer: the target's tokenizer.
+        leading_space: whether the target's text starts with a space, as Whisper's does.
 
     Example:
         stream = DraftTokens(drafter, 0, target.tokenizer)
         DrafterStreamSource(stream.tokens)   # the aligner reads it without blocking
     """
 
-    def __init__(self, drafter: _TextSource, index: int, tokenizer: _Encoder) -> None:
+    def __init__(
+        self, drafter: _TextSource, index: int, tokenizer: _Encoder, leading_space: bool = True
+    ) -> None:
         self._drafter = drafter
+        self._leading_space = leading_space
         self._index = index
         self._tokenizer = tokenizer
         self._text = ""
@@ -50,6 +55,8 @@ class DraftTokens:
         """The current drafted tokens (target vocabulary); never waits."""
         self._drafter.poll()
         text = self._drafter.text(self._index)
+        if not self._leading_space:
+            text = text.lstrip()
         if text != self._text:
             self._update(text)
         return self._tokens

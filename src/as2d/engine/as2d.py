@@ -4,7 +4,8 @@
 early as its lookahead allows, so the drafter's text for a window is (mostly) ready when
 the target starts on it. `SpeculativeDecoder` decodes one window with the candidate sources
 (the drafter's stream re-encoded in the target's vocabulary, lookup in earlier windows'
-output) and never waits for the drafter: a source with nothing ready proposes nothing.
+output and in the user's request) and never waits for the drafter: a source with nothing
+ready proposes nothing.
 Without a drafter (`drafter=None`) it is prompt/history lookup decoding (`pld`).
 """
 
@@ -18,11 +19,10 @@ from typing import Any
 
 from as2d.drafting.aligner import DrafterStreamSource
 from as2d.drafting.draft_tokens import DraftTokens
-from as2d.drafting.sources import CandidateSource, HistoryLookup
+from as2d.drafting.sources import CandidateSource, HistoryLookup, PromptLookup
 from as2d.engine.policy import BudgetPolicy
 from as2d.engine.speculative import StepCounts, speculative_decode
-from as2d.engine.target import Target
-from as2d.models.tokenizer import WhisperTokenizer
+from as2d.engine.target import Target, TextTokenizer
 from as2d.runtime.drafter import DrafterProcess
 from as2d.types import DrafterActivity, Window
 from as2d.verify import Rule
@@ -38,13 +38,15 @@ class SpeculativeDecoder:
     def __init__(
         self,
         target: Target[Any],
-        tokenizer: WhisperTokenizer,
+        tokenizer: TextTokenizer,
         policy: BudgetPolicy,
         drafter: DrafterProcess | None = None,
         max_k: int = 16,
+        leading_space: bool = True,
     ) -> None:
         self.target = target
-        self.tokenizer = tokenizer
+        self.tokenizer = tokenizer  # the target's: drafter text is re-encoded with it
+        self.leading_space = leading_space  # whether the target's text starts with a space
         self.policy = policy
         self.drafter = drafter
         self.max_k = max_k
@@ -70,12 +72,23 @@ class SpeculativeDecoder:
         self.base += count
 
     def decode(
-        self, window: Window, encoded: Any, prompt: Sequence[int], rule: Rule
+        self,
+        window: Window,
+        encoded: Any,
+        prompt: Sequence[int],
+        rule: Rule,
+        request: Sequence[int] = (),
     ) -> tuple[list[int], StepCounts]:
-        """One window's output (greedy: equal to target-only), with its step counts."""
+        """One window's output (greedy: equal to target-only), with its step counts.
+
+        `request` is the user's request in target tokens (task ask): looked up as well.
+        """
         sources: list[CandidateSource] = [self.history]
+        if request:
+            sources.insert(0, PromptLookup(request, max_ngram=4))
         if self.drafter is not None:
-            stream = DraftTokens(self.drafter, self.base + window.index, self.tokenizer)
+            index = self.base + window.index
+            stream = DraftTokens(self.drafter, index, self.tokenizer, self.leading_space)
             sources.insert(0, DrafterStreamSource(stream.tokens))
         tokens, counts = speculative_decode(
             self.target, encoded, prompt, sources, self.policy, self.max_k, rule

@@ -39,8 +39,9 @@ def measure_cost(
         The fitted cost model.
     """
     target.prefill(encoded, prompt)
-    filler = [prompt[-1]] * (CONTEXT - len(prompt))
-    target.forward(filler)
+    filler = [prompt[-1]] * (CONTEXT - len(prompt))  # none after a long (chat) prompt
+    if filler:
+        target.forward(filler)
     base = target.length
     samples: dict[int, list[float]] = {k: [] for k in range(max_k + 1)}
     for _ in range(repeats):

@@ -1,8 +1,14 @@
-"""The target role: what the decode loop needs from any model whose output must come out exactly."""
+"""The target role: what the decode loop needs from any model whose output must come out exactly.
+
+`Target` is all the engine sees. `TargetAdapter` adds what the API needs around it for one
+model family (prompt building, tokenizer, language detection); `as2d.models.targets` picks
+the adapter from the model's config, so nothing else knows a family by name.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 import numpy as np
@@ -36,4 +42,47 @@ class Target(Protocol[Encoded]):
 
     def rollback(self, length: int) -> None:
         """Drop every cached position from `length` on."""
+        ...
+
+
+@dataclass(frozen=True)
+class Request:
+    """What the user wants from a window.
+
+    Attributes:
+        task: "transcribe", "translate" (to English) or "ask" (answer `text` about the audio).
+        language: the spoken language's code; None where unknown (detected if the family can).
+        text: the user's request (task "ask" only).
+    """
+
+    task: str = "transcribe"
+    language: str | None = None
+    text: str | None = None
+
+
+class TextTokenizer(Protocol):
+    """The target's tokenizer, for re-encoding drafter text and decoding the output."""
+
+    def encode(self, text: str) -> list[int]:
+        """Canonical ids of plain text, exactly as the target would produce them."""
+        ...
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Plain text of output ids (special tokens dropped)."""
+        ...
+
+
+class TargetAdapter(Target[Encoded], Protocol):
+    """One model family as a target: the decode-loop protocol plus prompts and a tokenizer."""
+
+    tokenizer: TextTokenizer
+    follows_requests: bool  # can answer free requests (the ask task)
+    leading_space: bool  # output text starts with a space (Whisper: " Hello")
+
+    def prompt(self, encoded: Encoded, request: Request) -> list[int]:
+        """The decoder prompt for a window and request (language already resolved)."""
+        ...
+
+    def language(self, encoded: Encoded, given: str | None) -> str | None:
+        """`given`, else the window's detected language where the family detects it."""
         ...

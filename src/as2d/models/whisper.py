@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -18,6 +19,8 @@ import torch.nn.functional as F
 from transformers import WhisperFeatureExtractor, WhisperForConditionalGeneration
 from transformers.models.whisper.modeling_whisper import WhisperAttention, WhisperDecoderLayer
 
+from as2d.engine.target import Request
+from as2d.models.bundled import load_whisper
 from as2d.models.tokenizer import WhisperTokenizer
 from as2d.types import MAX_WINDOW_S, SAMPLE_RATE
 
@@ -110,6 +113,10 @@ class WhisperTarget:
     position), so the greedy token is their argmax, as in `model.generate`.
     """
 
+    MODEL_TYPES: ClassVar[tuple[str, ...]] = ("whisper",)
+    follows_requests = False  # transcribes or translates; cannot answer free requests
+    leading_space = True  # output text starts with a space: " Hello"
+
     def __init__(self, model: WhisperForConditionalGeneration, tokenizer: WhisperTokenizer) -> None:
         config = model.config
         self.model = model.eval()
@@ -132,6 +139,29 @@ class WhisperTarget:
         self.cross_kv: list[tuple[torch.Tensor, torch.Tensor]] = []
         self.length = 0  # positions held in the self-attention cache
         self.prompt_length = 0
+
+    @classmethod
+    def load(
+        cls, name_or_path: str, device: str = "cpu", dtype: torch.dtype | None = None
+    ) -> WhisperTarget:
+        """Loads a bundled name, local directory or hub id (see `load_whisper`)."""
+        if device != "cpu":
+            raise ValueError(f"the Whisper target runs on the CPU only (asked for {device!r})")
+        model, tokenizer = load_whisper(name_or_path, dtype or torch.float32)
+        return cls(model, tokenizer)
+
+    def prompt(self, encoded: EncodedAudio, request: Request) -> list[int]:
+        """Whisper's decoder prompt: start of transcript, language, task, no timestamps."""
+        if request.task == "ask":
+            raise ValueError("Whisper cannot follow requests (task 'ask')")
+        sot = self.tokenizer.sot_sequence(request.language, request.task)
+        return [*sot, self.tokenizer.no_timestamps]
+
+    def language(self, encoded: EncodedAudio, given: str | None) -> str | None:
+        """`given`, else the detected language (multilingual models; None for English-only)."""
+        if given is not None or not self.tokenizer.multilingual:
+            return given
+        return self.detect_language(encoded)
 
     @torch.inference_mode()
     def encode(self, audio: np.ndarray) -> EncodedAudio:
