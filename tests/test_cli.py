@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile as sf
+import torch
 
 from as2d.cli import main
 
@@ -97,7 +98,13 @@ def test_subtitle_formats(capsys, fmt):
 def test_usage_errors_exit_2_before_any_work(capsys, tmp_path):
     blocker = tmp_path / "a_file"
     blocker.write_text("")
-    for args in (["--target", "whisper-huge-nonexistent"], ["-o", str(blocker / "sub")]):
+    no_gpu = [] if torch.cuda.is_available() else [["--device", "cuda"]]
+    for args in (
+        ["--target", "whisper-huge-nonexistent"],
+        ["-o", str(blocker / "sub")],
+        ["--device", "tpu"],
+        *no_gpu,
+    ):
         code = main(["transcribe", str(CLIP), *args])
         _, err = capsys.readouterr()
         assert code == 2

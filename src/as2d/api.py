@@ -36,7 +36,7 @@ from as2d.engine.policy import AutoBudget, BudgetPolicy, FixedBudget
 from as2d.engine.speculative import StepCounts
 from as2d.engine.target import Request
 from as2d.models.bundled import cache_root
-from as2d.models.targets import adapter_class, load_target
+from as2d.models.targets import DTYPES, adapter_class, load_target
 from as2d.runtime.drafter import DrafterProcess, DrafterSpec
 from as2d.types import SAMPLE_RATE, RunStats, Window, WindowResult
 from as2d.verify import Greedy, Rule, Sampling
@@ -52,6 +52,8 @@ class Options:
     """How to decode, shared by every recording of a Transcriber."""
 
     target: str = "whisper-base"  # bundled name, local directory or Hugging Face id
+    device: str = "cpu"  # the target's device: "cpu" or "cuda" (the drafter stays on the CPU)
+    dtype: str | None = None  # the target's weights: float32/float16/bfloat16; None: default
     method: str = "as2d"  # one of METHODS
     language: str | None = None  # None: detected from the first window (multilingual targets)
     task: str = "transcribe"  # "transcribe", "translate" (to English) or "ask" (audio LLMs)
@@ -75,10 +77,16 @@ def _cores() -> int:
 
 
 def thread_split(options: Options) -> tuple[int, int]:
-    """(target threads, drafter threads): the cores are shared when a drafter process runs."""
+    """(target threads, drafter threads): the cores are shared when a drafter process runs.
+
+    With the target on a GPU, its process needs one core to launch kernels; the drafter
+    takes the rest.
+    """
+    on_gpu = options.device != "cpu"
     if options.method != "as2d":
-        return options.threads or _cores(), 0
-    drafter = options.drafter_threads or max(1, _cores() // 2)
+        return options.threads or (1 if on_gpu else _cores()), 0
+    spare = _cores() - 1 if on_gpu else _cores() // 2
+    drafter = options.drafter_threads or max(1, spare)
     return options.threads or max(1, _cores() - drafter), drafter
 
 
@@ -126,7 +134,8 @@ class Transcriber:
         torch.set_num_threads(target_threads)
         drafter = self._start_drafter(drafter_threads)  # loads while the target loads
         try:
-            self.target = load_target(self.options.target)
+            o = self.options
+            self.target = load_target(o.target, o.device, DTYPES[o.dtype] if o.dtype else None)
         except BaseException:
             if drafter is not None:
                 drafter.close()
@@ -194,7 +203,8 @@ class Transcriber:
         )
 
     def _cost_path(self, threads: int) -> Path:
-        name = re.sub(r"[^\w.-]+", "_", self.options.target)
+        o = self.options
+        name = re.sub(r"[^\w.-]+", "_", f"{o.target}-{o.device}-{o.dtype or 'default'}")
         return cache_root() / "cost" / f"{name}-{threads}threads.json"
 
     def _decode_windows(self, audio: AudioInput, run: Transcription) -> Iterator[WindowResult]:
@@ -226,12 +236,13 @@ class Transcriber:
     ) -> tuple[WindowResult, str | None]:
         """Decode one window; returns its result and the language (detected if None)."""
         t0 = time.perf_counter()
-        spec = self.speculative
-        lend = spec.lend_cores(window) if spec and self.options.lend_cores else nullcontext(False)
+        spec, o = self.speculative, self.options
+        lending = spec is not None and o.lend_cores and o.device == "cpu"
+        lend = spec.lend_cores(window) if spec and lending else nullcontext(False)
         with lend as lent, _threads(self.threads + self.drafter_threads * lent):
             encoded = self.target.encode(window.audio)
             language = self.target.language(encoded, language)
-        t1 = time.perf_counter()
+        t1 = _synced_clock(self.target.device)
         prompt = self._prompt(encoded, language)
         if self.speculative is None:
             token_ids = decode_target_only(self.target, encoded, prompt, self.rule)
@@ -240,7 +251,7 @@ class Transcriber:
             token_ids, counts = self.speculative.decode(
                 window, encoded, prompt, self.rule, self.request_tokens
             )
-        t2 = time.perf_counter()
+        t2 = _synced_clock(self.target.device)
         text = self.tokenizer.decode(token_ids).strip()
         w = window
         result = WindowResult(
@@ -253,6 +264,13 @@ class Transcriber:
         """The target family's prompt for this window, task, language and request."""
         o = self.options
         return self.target.prompt(encoded, Request(o.task, language, o.request))
+
+
+def _synced_clock(device: torch.device) -> float:
+    """time.perf_counter() once the device's queued work is done (GPU kernels run async)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
 
 
 @contextmanager
@@ -284,6 +302,12 @@ def _check(options: Options) -> None:
         raise ValueError("the ask task needs a request, e.g. 'Summarise the recording.'")
     if options.temperature < 0:
         raise ValueError(f"temperature must be >= 0, got {options.temperature}")
+    if options.dtype is not None and options.dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {options.dtype!r}; choose from {', '.join(DTYPES)}")
+    if options.device != "cpu" and not options.device.startswith("cuda"):
+        raise ValueError(f"unknown device {options.device!r}; use cpu or cuda[:N]")
+    if options.device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device {options.device} asked for, but torch sees no CUDA GPU here")
     if options.budget is not None and not 0 <= options.budget <= options.max_k:
         raise ValueError(f"budget must be between 0 and {options.max_k}, got {options.budget}")
 

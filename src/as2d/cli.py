@@ -20,6 +20,7 @@ from as2d.api import METHODS, Options, Transcriber, compare
 from as2d.audio.load import AudioError, audio_duration
 from as2d.eval.timeline import timeline_path, write_timeline
 from as2d.models.bundled import ModelNotFoundError, bundled_names, is_cached
+from as2d.models.targets import DTYPES
 from as2d.writers import FORMATS, FileResult, output_path, render, write_atomic
 
 EXIT_OK, EXIT_SOME_FAILED, EXIT_USAGE = 0, 1, 2
@@ -62,6 +63,8 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", default="txt", choices=FORMATS)
     parser.add_argument("-o", "--output-dir", type=Path, help="write FILE.<format> here")
     parser.add_argument("--threads", type=int, default=None, help="torch threads for the target")
+    parser.add_argument("--device", default="cpu", help="the target's device: cpu or cuda[:N]")
+    parser.add_argument("--dtype", default=None, choices=DTYPES, help="the target's weights")
     parser.add_argument("--skip-existing", action="store_true", help="skip files already written")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     parser.add_argument(
@@ -114,6 +117,8 @@ def transcribe_files(args: argparse.Namespace) -> int:
         raise UsageError("--drafter-threads must be at least 1")
     options = Options(
         target=args.target,
+        device=args.device,
+        dtype=args.dtype,
         method=args.method,
         language=args.language,
         task=args.task,

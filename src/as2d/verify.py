@@ -145,12 +145,17 @@ class Sampling:
 
     def next_token(self, scores: torch.Tensor) -> int:
         """scores: [V] -> a token drawn from softmax(scores / T)."""
-        probs = (scores / self.temperature).softmax(-1)  # [V]
+        probs = _probs(scores, self.temperature)  # [V]
         return int(torch.multinomial(probs, 1, generator=self.generator).item())
 
     def verdict(self, candidate: Sequence[int], scores: torch.Tensor) -> Verdict:
         """scores: [k + 1, V] after each position of `[last, c1..ck]`."""
-        return sample_accept(candidate, (scores / self.temperature).softmax(-1), self.generator)
+        return sample_accept(candidate, _probs(scores, self.temperature), self.generator)
+
+
+def _probs(scores: torch.Tensor, temperature: float) -> torch.Tensor:
+    """softmax(scores / T) in float32 on the CPU, where the generator lives."""
+    return (scores.float().cpu() / temperature).softmax(-1)
 
 
 Rule = Greedy | Sampling

@@ -76,6 +76,7 @@ class TargetAdapter(Target[Encoded], Protocol):
     """One model family as a target: the decode-loop protocol plus prompts and a tokenizer."""
 
     tokenizer: TextTokenizer
+    device: torch.device  # where the weights and caches live
     follows_requests: bool  # can answer free requests (the ask task)
     leading_space: bool  # output text starts with a space (Whisper: " Hello")
 

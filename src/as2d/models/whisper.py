@@ -24,6 +24,7 @@ from as2d.models.bundled import load_whisper
 from as2d.models.tokenizer import WhisperTokenizer
 from as2d.types import MAX_WINDOW_S, SAMPLE_RATE
 
+DEFAULT_DTYPE = {False: torch.float32, True: torch.float16}  # by "on a GPU"
 N_SAMPLES = int(
     MAX_WINDOW_S * SAMPLE_RATE
 )  # 480_000 samples = 3000 mel frames = 1500 encoder frames
@@ -120,6 +121,7 @@ class WhisperTarget:
     def __init__(self, model: WhisperForConditionalGeneration, tokenizer: WhisperTokenizer) -> None:
         config = model.config
         self.model = model.eval()
+        self.device = model.device
         self.tokenizer = tokenizer
         self.eot_ids = frozenset({tokenizer.eot})
         self.max_length = config.max_target_positions  # 448 decoder positions
@@ -134,8 +136,8 @@ class WhisperTarget:
         self.proj_t = model.proj_out.weight.detach().t().contiguous()  # [d, V]
         self.suppress, self.begin_suppress = _suppression(model, self.proj_t.shape[1])
         shape = (len(self.layers), self.n_heads, self.max_length, self.head_dim)
-        self.self_k = torch.zeros(shape, dtype=self.proj_t.dtype)  # [L, H, T, Dh]
-        self.self_v = torch.zeros(shape, dtype=self.proj_t.dtype)
+        self.self_k = torch.zeros(shape, dtype=self.proj_t.dtype, device=self.device)  # [L,H,T,Dh]
+        self.self_v = torch.zeros_like(self.self_k)
         self.cross_kv: list[tuple[torch.Tensor, torch.Tensor]] = []
         self.length = 0  # positions held in the self-attention cache
         self.prompt_length = 0
@@ -144,10 +146,13 @@ class WhisperTarget:
     def load(
         cls, name_or_path: str, device: str = "cpu", dtype: torch.dtype | None = None
     ) -> WhisperTarget:
-        """Loads a bundled name, local directory or hub id (see `load_whisper`)."""
-        if device != "cpu":
-            raise ValueError(f"the Whisper target runs on the CPU only (asked for {device!r})")
-        model, tokenizer = load_whisper(name_or_path, dtype or torch.float32)
+        """Loads a bundled name, local directory or hub id (see `load_whisper`).
+
+        dtype None: float32 on the CPU, float16 on a GPU.
+        """
+        on_gpu = torch.device(device).type != "cpu"
+        model, tokenizer = load_whisper(name_or_path, dtype or DEFAULT_DTYPE[on_gpu])
+        torch.nn.Module.to(model, device)  # in place (transformers' typed `to` confuses mypy)
         return cls(model, tokenizer)
 
     def prompt(self, encoded: EncodedAudio, request: Request) -> list[int]:
@@ -169,7 +174,7 @@ class WhisperTarget:
         feats = self.features(
             audio[:N_SAMPLES], sampling_rate=SAMPLE_RATE, return_tensors="pt"
         ).input_features  # [1, n_mels, 3000]
-        feats = feats.to(self.proj_t.dtype)
+        feats = feats.to(self.device, self.proj_t.dtype)
         hidden = self.model.model.encoder(feats).last_hidden_state[0]  # [1500, d]
         return EncodedAudio(hidden)
 
@@ -196,9 +201,9 @@ class WhisperTarget:
         n, start = len(tokens), self.length
         if start + n > self.max_length:
             raise ValueError(f"decoder context full: {start} + {n} > {self.max_length}")
-        ids = torch.tensor(tokens, dtype=torch.long)
+        ids = torch.tensor(tokens, dtype=torch.long, device=self.device)
         x = self.embed_tokens[ids] + self.embed_positions[start : start + n]  # [n, d]
-        mask = _causal_mask(n, start)
+        mask = _causal_mask(n, start, self.device)
         for i, layer in enumerate(self.layers):
             x = x + self._self_attention(i, layer, layer.self_norm(x), start, mask)
             x = x + self._cross_attention(i, layer, layer.cross_norm(x))
@@ -211,7 +216,7 @@ class WhisperTarget:
     def detect_language(self, encoded: EncodedAudio) -> str:
         """The most likely language code after `<|startoftranscript|>` (multilingual models)."""
         codes = self.tokenizer.languages
-        ids = torch.tensor(list(codes.values()))
+        ids = torch.tensor(list(codes.values()), device=self.device)
         scores = self.prefill(encoded, [self.tokenizer.sot])  # [V]
         return list(codes)[int(scores[ids].argmax())]
 
@@ -256,11 +261,11 @@ class WhisperTarget:
         return scores
 
 
-def _causal_mask(n: int, start: int) -> torch.Tensor | None:
+def _causal_mask(n: int, start: int, device: torch.device) -> torch.Tensor | None:
     """[n, start + n] boolean mask, True where new token i must not look (later new tokens)."""
     if n == 1:
         return None
-    return torch.ones(n, start + n, dtype=torch.bool).triu(diagonal=start + 1)
+    return torch.ones(n, start + n, dtype=torch.bool, device=device).triu(diagonal=start + 1)
 
 
 def _suppression(
@@ -270,4 +275,7 @@ def _suppression(
     gen = model.generation_config
     always = [t for t in (gen.suppress_tokens or []) if t < vocab]
     begin = [t for t in (gen.begin_suppress_tokens or []) if t < vocab]
-    return torch.tensor(always, dtype=torch.long), torch.tensor(begin, dtype=torch.long)
+    return (
+        torch.tensor(always, dtype=torch.long, device=model.device),
+        torch.tensor(begin, dtype=torch.long, device=model.device),
+    )
