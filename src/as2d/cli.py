@@ -111,6 +111,8 @@ def list_models() -> int:
 
 def transcribe_files(args: argparse.Namespace) -> int:
     out_dir = prepare_output_dir(args.output_dir, args.skip_existing)
+    if out_dir is not None:
+        check_distinct_outputs(args.files, out_dir, args.format)
     if args.threads is not None and args.threads < 1:
         raise UsageError("--threads must be at least 1")
     if args.drafter_threads is not None and args.drafter_threads < 1:
@@ -186,6 +188,16 @@ def prepare_output_dir(out_dir: Path | None, skip_existing: bool) -> Path | None
     if not os.access(out_dir, os.W_OK | os.X_OK):
         raise UsageError(f"output directory {out_dir} is not writable")
     return out_dir
+
+
+def check_distinct_outputs(files: Sequence[str], out_dir: Path, fmt: str) -> None:
+    """Two inputs with the same name (es/a.wav, fr/a.wav) must not overwrite one output."""
+    seen: dict[Path, str] = {}
+    for file in files:
+        path = output_path(file, out_dir, fmt)
+        if path in seen and Path(seen[path]).resolve() != Path(file).resolve():
+            raise UsageError(f"{seen[path]} and {file} would both be written to {path}")
+        seen[path] = file
 
 
 def skip(file: str, out_dir: Path, args: argparse.Namespace) -> bool:
