@@ -25,15 +25,17 @@ from as2d.audio.windows import iter_windows
 from as2d.engine.as2d import SpeculativeDecoder
 from as2d.engine.calibrate import cached_cost
 from as2d.engine.decode import decode_target_only
-from as2d.engine.policy import AutoBudget, BudgetPolicy, FixedBudget
+from as2d.engine.policy import AutoBudget, BudgetPolicy, CostModel, FixedBudget
+from as2d.engine.sd import CoupledDecoder, with_drafting
 from as2d.engine.speculative import StepCounts
 from as2d.models.bundled import cache_root, load_whisper
 from as2d.models.whisper import EncodedAudio, WhisperTarget
 from as2d.runtime.drafter import DrafterProcess, DrafterSpec
+from as2d.runtime.spec import CT2_PREFIX
 from as2d.types import SAMPLE_RATE, RunStats, Window, WindowResult
 from as2d.verify import Greedy, Rule, Sampling
 
-METHODS = ("as2d", "target", "pld")  # sd (conventional speculative decoding) comes with bench
+METHODS = ("as2d", "target", "pld", "sd")
 TASKS = ("transcribe", "translate")
 DRAFTER_LOAD_S = 120.0  # the most a Transcriber waits for its drafter's model to load
 AudioInput = str | Path | np.ndarray
@@ -49,7 +51,7 @@ class Options:
     task: str = "transcribe"  # "transcribe" or "translate" (to English)
     temperature: float = 0.0  # 0: greedy (exact tokens); > 0: sampling (exact distribution)
     seed: int | None = None  # sampling seed, for reproducible runs
-    # Speculation (as2d, pld)
+    # Speculation (as2d, sd, pld)
     drafter: str = "whisper-tiny.en"  # load_whisper name/path, or "ct2:NAME" (CTranslate2 int8)
     budget: int | None = None  # None: chosen per step from the measured cost; else fixed k
     max_k: int = 16  # the largest budget considered
@@ -118,7 +120,11 @@ class Transcriber:
         self.target = WhisperTarget(model, self.tokenizer)
         self.rule = _rule(self.options)
         encoded = self.warm_up()
-        self.speculative = self._speculative(drafter, encoded, target_threads)
+        self.speculative: SpeculativeDecoder | CoupledDecoder | None = None
+        if self.options.method == "sd":
+            self.speculative = self._coupled(encoded, target_threads)
+        else:
+            self.speculative = self._speculative(drafter, encoded, target_threads)
         if drafter is not None:
             drafter.wait_ready(DRAFTER_LOAD_S)  # loading is not part of a run's timing
 
@@ -171,8 +177,43 @@ class Transcriber:
             policy = AutoBudget(cost)
         return SpeculativeDecoder(self.target, self.tokenizer, policy, drafter, o.max_k)
 
-    def _cost_path(self, threads: int) -> Path:
-        name = re.sub(r"[^\w.-]+", "_", self.options.target)
+    def _coupled(self, encoded: EncodedAudio, threads: int) -> CoupledDecoder:
+        """sd: the drafter model loaded here, drafting in turn with the target on its threads.
+
+        With `budget=None` the policy is AutoBudget over the cost of a round (`_coupled_cost`),
+        with the drafter's acceptance estimated as for any source.
+        """
+        o = self.options
+        if o.drafter.startswith(CT2_PREFIX):
+            raise ValueError(f"sd drafts with PyTorch drafters only, not {o.drafter!r}")
+        model, tokenizer = load_whisper(o.drafter)
+        drafter = WhisperTarget(model, tokenizer)
+        policy: BudgetPolicy = (
+            FixedBudget(o.budget)
+            if o.budget is not None
+            else AutoBudget(self._coupled_cost(drafter, encoded, threads))
+        )
+        coupled = CoupledDecoder(
+            self.target, self.tokenizer, drafter, tokenizer, policy, o.max_k, o.drafter
+        )
+        coupled.warm_up()
+        return coupled
+
+    def _coupled_cost(
+        self, drafter: WhisperTarget, encoded: EncodedAudio, threads: int
+    ) -> CostModel:
+        """sd's round cost: the target's verify pass plus k drafter forwards (measured, cached)."""
+        o = self.options
+        prompt = self._prompt("en")
+        cost = cached_cost(self._cost_path(threads), self.target, encoded, prompt, o.max_k)
+        tokenizer = drafter.tokenizer
+        silence = drafter.encode(np.zeros(SAMPLE_RATE, dtype=np.float32))
+        d_prompt = [*tokenizer.sot_sequence(None, "transcribe"), tokenizer.no_timestamps]
+        step = cached_cost(self._cost_path(threads, o.drafter), drafter, silence, d_prompt, 0)
+        return with_drafting(cost, step[0])
+
+    def _cost_path(self, threads: int, model: str | None = None) -> Path:
+        name = re.sub(r"[^\w.-]+", "_", model or self.options.target)
         return cache_root() / "cost" / f"{name}-{threads}threads.json"
 
     def _decode_windows(self, audio: AudioInput, run: Transcription) -> Iterator[WindowResult]:
@@ -205,6 +246,8 @@ class Transcriber:
         """Decode one window; returns its result and the language (detected if None)."""
         t0 = time.perf_counter()
         encoded = self.target.encode(window.audio)
+        if self.speculative is not None:
+            self.speculative.prepare(window)  # sd: the drafter's encoder forward
         t1 = time.perf_counter()
         if language is None and self.tokenizer.multilingual:
             language = self.target.detect_language(encoded)
