@@ -51,10 +51,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--timeline", type=Path, metavar="FILE.png", help="draw target/drafter activity (PNG)"
     )
-    compare = commands.add_parser("compare", help="target-only vs as2d on one file, side by side")
+    compare = commands.add_parser("compare", help="target-only vs as2d (or --method) on one file")
     compare.add_argument("file", metavar="FILE")
     compare.add_argument("--target", default="whisper-base")
+    compare.add_argument("--method", default="as2d", choices=[m for m in METHODS if m != "target"])
     compare.add_argument("--drafter", default="whisper-tiny.en")
+    compare.add_argument("--budget", default="auto", type=budget, help="auto, or a fixed k (0-16)")
     compare.add_argument("--language", default=None)
     commands.add_parser("models", help="list the bundled models and whether they are cached")
     return parser
@@ -128,13 +130,16 @@ def transcribe_files(args: argparse.Namespace) -> int:
 
 
 def compare_methods(args: argparse.Namespace) -> int:
-    """Target-only, then as2d, on one file: per-window agreement, transcript, speed-up."""
-    options = Options(target=args.target, drafter=args.drafter, language=args.language)
+    """Target-only, then --method, on one file: per-window agreement, transcript, speed-up."""
+    options = Options(
+        target=args.target, drafter=args.drafter, language=args.language, budget=args.budget
+    )
     try:
-        target, as2d = compare(args.file, options, ("target", "as2d"))
+        target, as2d = compare(args.file, options, ("target", args.method))
     except (AudioError, ValueError) as err:
         raise UsageError(str(err)) from err
-    print(f"{'window':>6}  {'seconds':>13}  {'target tokens':>13}  {'as2d tokens':>11}  same")
+    method = f"{args.method} tokens"
+    print(f"{'window':>6}  {'seconds':>13}  {'target tokens':>13}  {method:>11}  same")
     for t, a in zip(target.results, as2d.results, strict=True):
         same = "yes" if t.token_ids == a.token_ids else "NO"
         span = f"{t.start:5.1f}-{t.end:5.1f}"
@@ -142,7 +147,8 @@ def compare_methods(args: argparse.Namespace) -> int:
     pairs = list(zip(target.results, as2d.results, strict=True))
     identical = all(t.token_ids == a.token_ids for t, a in pairs)
     print(f"\n{as2d.text}\n")
-    for name, run in (("target-only", target), (f"as2d ({args.drafter})", as2d)):
+    label = args.method if args.method == "pld" else f"{args.method} ({args.drafter})"
+    for name, run in (("target-only", target), (label, as2d)):
         s = run.stats
         decode = sum(r.decode_s for r in run.results)
         print(f"{name:>28}: {s.wall_s:6.2f} s wall, {decode:6.2f} s decoding, RTF {s.rtf:.3f}")
@@ -213,7 +219,7 @@ def run_with_progress(transcriber: Transcriber, file: str, quiet: bool) -> FileR
         for window in run:
             bar.update(round(window.end - bar.n, 1))
     o = transcriber.options
-    drafter = o.drafter if o.method == "as2d" else None
+    drafter = o.drafter if o.method in ("as2d", "sd") else None
     return FileResult(file, o.method, o.target, drafter, run.results, run.stats)
 
 

@@ -41,12 +41,14 @@ class CachedDrafter:
     Attributes:
         model: the drafter model (its own vocabulary).
         computed: decoder positions computed after prompts (re-synchronisation and drafting).
+        drafted: tokens drafted.
         last: the previous call's prefix and drafted tokens (the last drafted one is not fed).
     """
 
     def __init__(self, model: WhisperTarget) -> None:
         self.model = model
         self.computed = 0
+        self.drafted = 0
         self.last: list[int] = []
         self._fed: list[int] = []  # tokens after the prompt whose keys/values are cached
         self._first: torch.Tensor | None = None  # [V] scores of the first output position
@@ -81,6 +83,7 @@ class CachedDrafter:
                 break
             scores = self._feed([token])
         self.last = [*prefix, *drafted]
+        self.drafted += len(drafted)
         return drafted
 
     def _sync(self, prefix: list[int]) -> torch.Tensor:
