@@ -97,7 +97,11 @@ def test_subtitle_formats(capsys, fmt):
 def test_usage_errors_exit_2_before_any_work(capsys, tmp_path):
     blocker = tmp_path / "a_file"
     blocker.write_text("")
-    for args in (["--target", "whisper-huge-nonexistent"], ["-o", str(blocker / "sub")]):
+    for args in (
+        ["--target", "whisper-huge-nonexistent"],
+        ["-o", str(blocker / "sub")],
+        ["--method", "sd", "--drafter", "ct2:whisper-tiny.en"],
+    ):
         code = main(["transcribe", str(CLIP), *args])
         _, err = capsys.readouterr()
         assert code == 2

@@ -184,8 +184,6 @@ class Transcriber:
         with the drafter's acceptance estimated as for any source.
         """
         o = self.options
-        if o.drafter.startswith(CT2_PREFIX):
-            raise ValueError(f"sd drafts with PyTorch drafters only, not {o.drafter!r}")
         model, tokenizer = load_whisper(o.drafter)
         drafter = WhisperTarget(model, tokenizer)
         policy: BudgetPolicy = (
@@ -288,6 +286,10 @@ def _check(options: Options) -> None:
         raise ValueError(f"unknown task {options.task!r}; choose from {', '.join(TASKS)}")
     if options.temperature < 0:
         raise ValueError(f"temperature must be >= 0, got {options.temperature}")
+    if options.method == "sd" and options.drafter.startswith(CT2_PREFIX):
+        raise ValueError(
+            f"sd needs a PyTorch drafter (its KV cache follows the target), not {options.drafter!r}"
+        )
     if options.budget is not None and not 0 <= options.budget <= options.max_k:
         raise ValueError(f"budget must be between 0 and {options.max_k}, got {options.budget}")
 

@@ -160,6 +160,14 @@ def compare_methods(args: argparse.Namespace) -> int:
         f"{t_decode / a_decode:.2f}x decode phase (one run each, one after the other: for\n"
         f"{'':>30}honest numbers, interleaved and repeated, use scripts/bench_as2d.py)"
     )
+    passes = sum(r.verify_passes for r in as2d.results)
+    if passes:
+        accepted = sum(r.accepted_tokens for r in as2d.results)
+        plain = sum(r.plain_steps for r in as2d.results)
+        print(
+            f"{'accepted per verify':>28}: {accepted / passes:.2f} "
+            f"({passes} verify passes, {plain} plain steps)"
+        )
     return EXIT_OK if identical else EXIT_SOME_FAILED
 
 
