@@ -98,9 +98,11 @@ def test_other_drafter_same_vocabulary_gives_target_output(target, expected, oth
     prompt = [target.tokenizer.sot, target.tokenizer.no_timestamps]
     encoded, expected = expected
     source = _source(other_drafter, target, policy, prompt)
-    tokens, counts = speculative_decode(target, encoded, prompt, [source], policy)
+    tokens, counts = speculative_decode(target, encoded, prompt, [source], FixedBudget(16))
     assert tokens == expected
     assert counts.verify_passes + counts.plain_steps <= len(expected) + 1
+    if isinstance(policy, AutoBudget):  # the source fed the verify outcomes back
+        assert policy.estimate.alpha("sd") != AutoBudget(policy.cost).estimate.alpha("sd")
 
 
 @pytest.mark.parametrize("k", [4])

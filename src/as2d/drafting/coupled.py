@@ -111,15 +111,17 @@ class CachedDrafter:
 class CoupledDrafter:
     """Candidate source of conventional speculative decoding (`sd`): drafts on demand.
 
-    `propose` runs the drafter synchronously for as many tokens as the policy would verify
-    (`policy.choose`), so a fixed budget k drafts exactly k tokens and the automatic budget
-    drafts nothing when a plain step is expected to be faster.
+    The budget is decided here, where drafting costs: `propose` runs the drafter for
+    `policy.choose(...)` tokens (a fixed budget k drafts k tokens, the automatic budget
+    nothing when a plain step is expected to be faster) and `observe` feeds the verify
+    outcome back to that policy. The decode loop then verifies the whole candidate
+    (`FixedBudget(max_k)`), so one decision, probes included, is never taken twice.
 
     Args:
         drafter: the drafter model and its cache.
         tokenizer: the drafter's tokenizer.
         target_tokenizer: the target's; with the same vocabulary tokens pass unchanged.
-        policy: the budget policy that will verify the candidates.
+        policy: the budget policy that sizes the drafts and learns from their verification.
         name: source name for stats and the policy.
     """
 
@@ -154,7 +156,9 @@ class CoupledDrafter:
         return Candidate(tuple(tokens[:n]), self.name) if tokens else None
 
     def observe(self, verified: Sequence[int], accepted: int, proposed: int) -> None:
-        """Nothing to do: the cache is re-synchronised at the next `propose`."""
+        """Tells the policy how the draft fared (the cache is re-synchronised at `propose`)."""
+        if proposed > 0:
+            self._policy.observe(self.name, accepted, proposed)
 
     def _draft(self, verified: Sequence[int], n: int) -> list[int]:
         if self._same_vocabulary:

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator, Sequence
 import numpy as np
 
 from as2d.drafting.coupled import CachedDrafter, CoupledDrafter
-from as2d.engine.policy import BudgetPolicy, CostModel
+from as2d.engine.policy import BudgetPolicy, CostModel, FixedBudget
 from as2d.engine.speculative import StepCounts, speculative_decode
 from as2d.models.tokenizer import WhisperTokenizer
 from as2d.models.whisper import EncodedAudio, WhisperTarget
@@ -30,7 +30,7 @@ class CoupledDecoder:
         tokenizer: the target's tokenizer.
         drafter: the drafter model (any Whisper; its vocabulary may differ).
         drafter_tokenizer: the drafter's tokenizer.
-        policy: budget policy; the drafter drafts as many tokens as it would verify.
+        policy: sizes each draft and learns from its verification (see `CoupledDrafter`).
         max_k: the largest budget.
         name: the drafter's name, for stats.
     """
@@ -52,6 +52,7 @@ class CoupledDecoder:
         self.tokenizer = tokenizer
         self.policy = policy
         self.max_k = max_k
+        self._verify_all = FixedBudget(max_k)  # the source has sized the draft already
         self.name = name
         self.source = CoupledDrafter(CachedDrafter(drafter), drafter_tokenizer, tokenizer, policy)
         self._drafter_tokenizer = drafter_tokenizer
@@ -85,7 +86,7 @@ class CoupledDecoder:
         assert self._encoded is not None, "prepare(window) first"
         self.source.start(self._encoded, self._prompt(prompt))
         return speculative_decode(
-            self.target, encoded, prompt, [self.source], self.policy, self.max_k, rule
+            self.target, encoded, prompt, [self.source], self._verify_all, self.max_k, rule
         )
 
     def activity(self) -> DrafterActivity:
