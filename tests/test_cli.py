@@ -103,6 +103,7 @@ def test_usage_errors_exit_2_before_any_work(capsys, tmp_path):
         ["--target", "whisper-huge-nonexistent"],
         ["-o", str(blocker / "sub")],
         ["--device", "tpu"],
+        ["--method", "sd", "--drafter", "ct2:whisper-tiny.en"],
         [str(CLIP.parent.parent / "es" / CLIP.name), "-o", str(tmp_path)],  # same output name
         *no_gpu,
     ):

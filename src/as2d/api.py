@@ -20,7 +20,7 @@ import os
 import re
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -32,16 +32,19 @@ from as2d.audio.windows import iter_windows
 from as2d.engine.as2d import SpeculativeDecoder
 from as2d.engine.calibrate import cached_cost
 from as2d.engine.decode import decode_target_only
-from as2d.engine.policy import AutoBudget, BudgetPolicy, FixedBudget
+from as2d.engine.policy import AutoBudget, BudgetPolicy, CostModel, FixedBudget
+from as2d.engine.sd import CoupledDecoder, with_drafting
 from as2d.engine.speculative import StepCounts
 from as2d.engine.target import Request
-from as2d.models.bundled import cache_root
+from as2d.models.bundled import cache_root, load_whisper
 from as2d.models.targets import DTYPES, adapter_class, load_target
+from as2d.models.whisper import EncodedAudio, WhisperTarget
 from as2d.runtime.drafter import DrafterProcess, DrafterSpec
+from as2d.runtime.spec import CT2_PREFIX
 from as2d.types import SAMPLE_RATE, RunStats, Window, WindowResult
 from as2d.verify import Greedy, Rule, Sampling
 
-METHODS = ("as2d", "target", "pld")  # sd (conventional speculative decoding) comes with bench
+METHODS = ("as2d", "target", "pld", "sd")
 TASKS = ("transcribe", "translate", "ask")
 DRAFTER_LOAD_S = 120.0  # the most a Transcriber waits for its drafter's model to load
 AudioInput = str | Path | np.ndarray
@@ -60,7 +63,7 @@ class Options:
     request: str | None = None  # the user's request about the audio (task "ask")
     temperature: float = 0.0  # 0: greedy (exact tokens); > 0: sampling (exact distribution)
     seed: int | None = None  # sampling seed, for reproducible runs
-    # Speculation (as2d, pld)
+    # Speculation (as2d, sd, pld)
     drafter: str = "whisper-tiny.en"  # load_whisper name/path, or "ct2:NAME" (CTranslate2 int8)
     budget: int | None = None  # None: chosen per step from the measured cost; else fixed k
     max_k: int = 16  # the largest budget considered
@@ -124,11 +127,14 @@ class Transcriber:
     def __init__(self, options: Options | None = None, **overrides: object) -> None:
         self.options = options or Options(**overrides)  # type: ignore[arg-type]
         _check(self.options)
-        if self.options.task == "ask" and not adapter_class(self.options.target).follows_requests:
+        family = adapter_class(self.options.target)
+        if self.options.task == "ask" and not family.follows_requests:
             raise ValueError(
                 f"target {self.options.target} cannot follow requests: ask needs an audio LLM "
                 "target (Qwen2-Audio, Qwen2.5-Omni)"
             )
+        if self.options.method == "sd" and family is not WhisperTarget:
+            raise ValueError("sd drafts with a Whisper model and needs a Whisper target")
         target_threads, drafter_threads = thread_split(self.options)
         self.threads, self.drafter_threads = target_threads, drafter_threads
         torch.set_num_threads(target_threads)
@@ -145,7 +151,11 @@ class Transcriber:
         self.request_tokens = self.tokenizer.encode(request) if request else []
         self.rule = _rule(self.options)
         encoded = self.warm_up()
-        self.speculative = self._speculative(drafter, encoded, target_threads)
+        self.speculative: SpeculativeDecoder | CoupledDecoder | None = None
+        if self.options.method == "sd":
+            self.speculative = self._coupled(encoded, target_threads)
+        else:
+            self.speculative = self._speculative(drafter, encoded, target_threads)
         if drafter is not None:
             drafter.wait_ready(DRAFTER_LOAD_S)  # loading is not part of a run's timing
 
@@ -202,9 +212,45 @@ class Transcriber:
             self.target, self.tokenizer, policy, drafter, o.max_k, self.target.leading_space
         )
 
-    def _cost_path(self, threads: int) -> Path:
+    def _coupled(self, encoded: EncodedAudio, threads: int) -> CoupledDecoder:
+        """sd: the drafter model loaded here, drafting in turn with the target on its threads.
+
+        With `budget=None` the policy is AutoBudget over the cost of a round (`_coupled_cost`),
+        with the drafter's acceptance estimated as for any source.
+        """
         o = self.options
-        name = re.sub(r"[^\w.-]+", "_", f"{o.target}-{o.device}-{o.dtype or 'default'}")
+        model, tokenizer = load_whisper(o.drafter)
+        drafter = WhisperTarget(model, tokenizer)
+        policy: BudgetPolicy = (
+            FixedBudget(o.budget)
+            if o.budget is not None
+            else AutoBudget(self._coupled_cost(drafter, encoded, threads))
+        )
+        target = self.target
+        assert isinstance(target, WhisperTarget)  # checked at start-up
+        coupled = CoupledDecoder(
+            target, target.tokenizer, drafter, tokenizer, policy, o.max_k, o.drafter
+        )
+        coupled.warm_up()
+        return coupled
+
+    def _coupled_cost(
+        self, drafter: WhisperTarget, encoded: EncodedAudio, threads: int
+    ) -> CostModel:
+        """sd's round cost: the target's verify pass plus k drafter forwards (measured, cached)."""
+        o = self.options
+        prompt = self._prompt(encoded, "en")
+        cost = cached_cost(self._cost_path(threads), self.target, encoded, prompt, o.max_k)
+        tokenizer = drafter.tokenizer
+        silence = drafter.encode(np.zeros(SAMPLE_RATE, dtype=np.float32))
+        d_prompt = [*tokenizer.sot_sequence(None, "transcribe"), tokenizer.no_timestamps]
+        step = cached_cost(self._cost_path(threads, o.drafter), drafter, silence, d_prompt, 0)
+        return with_drafting(cost, step[0])
+
+    def _cost_path(self, threads: int, model: str | None = None) -> Path:
+        o = self.options
+        name = model or f"{o.target}-{o.device}-{o.dtype or 'default'}"
+        name = re.sub(r"[^\w.-]+", "_", name)
         return cache_root() / "cost" / f"{name}-{threads}threads.json"
 
     def _decode_windows(self, audio: AudioInput, run: Transcription) -> Iterator[WindowResult]:
@@ -237,11 +283,14 @@ class Transcriber:
         """Decode one window; returns its result and the language (detected if None)."""
         t0 = time.perf_counter()
         spec, o = self.speculative, self.options
-        lending = spec is not None and o.lend_cores and o.device == "cpu"
-        lend = spec.lend_cores(window) if spec and lending else nullcontext(False)
+        lend: AbstractContextManager[bool] = nullcontext(False)
+        if isinstance(spec, SpeculativeDecoder) and o.lend_cores and o.device == "cpu":
+            lend = spec.lend_cores(window)
         with lend as lent, _threads(self.threads + self.drafter_threads * lent):
             encoded = self.target.encode(window.audio)
             language = self.target.language(encoded, language)
+            if spec is not None:
+                spec.prepare(window)  # sd: the drafter's encoder forward
         t1 = _synced_clock(self.target.device)
         prompt = self._prompt(encoded, language)
         if self.speculative is None:
@@ -308,6 +357,10 @@ def _check(options: Options) -> None:
         raise ValueError(f"unknown device {options.device!r}; use cpu or cuda[:N]")
     if options.device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"device {options.device} asked for, but torch sees no CUDA GPU here")
+    if options.method == "sd" and options.drafter.startswith(CT2_PREFIX):
+        raise ValueError(
+            f"sd needs a PyTorch drafter (its KV cache follows the target), not {options.drafter!r}"
+        )
     if options.budget is not None and not 0 <= options.budget <= options.max_k:
         raise ValueError(f"budget must be between 0 and {options.max_k}, got {options.budget}")
 

@@ -41,10 +41,12 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("file", metavar="FILE", help="wav/flac/ogg/mp3/m4a file")
     ask.add_argument("request", help='e.g. "Summarise the recording."')
     add_run_options(ask)
-    compare = commands.add_parser("compare", help="target-only vs as2d on one file, side by side")
+    compare = commands.add_parser("compare", help="target-only vs as2d (or --method) on one file")
     compare.add_argument("file", metavar="FILE")
     compare.add_argument("--target", default="whisper-base")
+    compare.add_argument("--method", default="as2d", choices=[m for m in METHODS if m != "target"])
     compare.add_argument("--drafter", default="whisper-tiny.en")
+    compare.add_argument("--budget", default="auto", type=budget, help="auto, or a fixed k (0-16)")
     compare.add_argument("--language", default=None)
     commands.add_parser("models", help="list the bundled models and whether they are cached")
     return parser
@@ -147,13 +149,16 @@ def transcribe_files(args: argparse.Namespace) -> int:
 
 
 def compare_methods(args: argparse.Namespace) -> int:
-    """Target-only, then as2d, on one file: per-window agreement, transcript, speed-up."""
-    options = Options(target=args.target, drafter=args.drafter, language=args.language)
+    """Target-only, then --method, on one file: per-window agreement, transcript, speed-up."""
+    options = Options(
+        target=args.target, drafter=args.drafter, language=args.language, budget=args.budget
+    )
     try:
-        target, as2d = compare(args.file, options, ("target", "as2d"))
+        target, as2d = compare(args.file, options, ("target", args.method))
     except (AudioError, ValueError) as err:
         raise UsageError(str(err)) from err
-    print(f"{'window':>6}  {'seconds':>13}  {'target tokens':>13}  {'as2d tokens':>11}  same")
+    method = f"{args.method} tokens"
+    print(f"{'window':>6}  {'seconds':>13}  {'target tokens':>13}  {method:>11}  same")
     for t, a in zip(target.results, as2d.results, strict=True):
         same = "yes" if t.token_ids == a.token_ids else "NO"
         span = f"{t.start:5.1f}-{t.end:5.1f}"
@@ -161,7 +166,8 @@ def compare_methods(args: argparse.Namespace) -> int:
     pairs = list(zip(target.results, as2d.results, strict=True))
     identical = all(t.token_ids == a.token_ids for t, a in pairs)
     print(f"\n{as2d.text}\n")
-    for name, run in (("target-only", target), (f"as2d ({args.drafter})", as2d)):
+    label = args.method if args.method == "pld" else f"{args.method} ({args.drafter})"
+    for name, run in (("target-only", target), (label, as2d)):
         s = run.stats
         decode = sum(r.decode_s for r in run.results)
         print(f"{name:>28}: {s.wall_s:6.2f} s wall, {decode:6.2f} s decoding, RTF {s.rtf:.3f}")
@@ -173,6 +179,14 @@ def compare_methods(args: argparse.Namespace) -> int:
         f"{t_decode / a_decode:.2f}x decode phase (one run each, one after the other: for\n"
         f"{'':>30}honest numbers, interleaved and repeated, use scripts/bench_as2d.py)"
     )
+    passes = sum(r.verify_passes for r in as2d.results)
+    if passes:
+        accepted = sum(r.accepted_tokens for r in as2d.results)
+        plain = sum(r.plain_steps for r in as2d.results)
+        print(
+            f"{'accepted per verify':>28}: {accepted / passes:.2f} "
+            f"({passes} verify passes, {plain} plain steps)"
+        )
     return EXIT_OK if identical else EXIT_SOME_FAILED
 
 
@@ -242,7 +256,7 @@ def run_with_progress(transcriber: Transcriber, file: str, quiet: bool) -> FileR
         for window in run:
             bar.update(round(window.end - bar.n, 1))
     o = transcriber.options
-    drafter = o.drafter if o.method == "as2d" else None
+    drafter = o.drafter if o.method in ("as2d", "sd") else None
     return FileResult(file, o.method, o.target, drafter, run.results, run.stats)
 
 

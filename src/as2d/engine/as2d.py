@@ -71,6 +71,9 @@ class SpeculativeDecoder:
             yield ahead.popleft()
         self.base += count
 
+    def prepare(self, window: Window) -> None:
+        """Nothing to do before decoding a window: the drafter process already has it."""
+
     def decode(
         self,
         window: Window,

@@ -114,6 +114,7 @@ class WhisperTokenizer:
             special_tokens={},
         )
         self._specials = specials
+        self._ranks = ranks
         self.multilingual = len(ranks) > ENGLISH_ONLY_REGULAR_TOKENS
         self.eot = specials["<|endoftext|>"]
         self.sot = specials["<|startoftranscript|>"]
@@ -136,6 +137,14 @@ class WhisperTokenizer:
     def decode(self, ids: Sequence[int]) -> str:
         """Decodes regular tokens; ids >= eot (specials, timestamps) are dropped."""
         return self._encoding.decode([int(i) for i in ids if i < self.eot])
+
+    def token_bytes(self, token: int) -> bytes:
+        """The bytes of one regular token; b"" for specials and timestamps (ids >= eot)."""
+        return self._encoding.decode_single_token_bytes(token) if token < self.eot else b""
+
+    def same_vocabulary(self, other: WhisperTokenizer) -> bool:
+        """True if `other` maps every token, regular and special, to the same id."""
+        return self._specials == other._specials and self._ranks == other._ranks
 
     def language_token(self, code: str) -> int:
         """Returns the id of ``<|code|>``, e.g. ``"en"`` -> 50259 for a multilingual model.
