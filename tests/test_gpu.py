@@ -7,17 +7,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from as2d.api import Options, Transcriber, thread_split
+from as2d.api import Options, Transcriber
 
 LONG = Path(__file__).parent / "data" / "long_en.flac"
 gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-
-
-def test_on_a_gpu_the_drafter_takes_the_spare_cores(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("as2d.api._cores", lambda: 8)
-    assert thread_split(Options(device="cuda")) == (1, 7)
-    assert thread_split(Options(device="cuda", method="target")) == (1, 0)
-    assert thread_split(Options(device="cpu")) == (4, 4)
 
 
 @gpu

@@ -46,6 +46,8 @@ from as2d.verify import Greedy, Rule, Sampling
 
 METHODS = ("as2d", "target", "pld", "sd")
 TASKS = ("transcribe", "translate", "ask")
+DEFAULT_DRAFTER = "whisper-tiny.en"
+TRANSLATE_DRAFTER = "ct2:whisper-base"  # the default drafter for --task translate
 DRAFTER_LOAD_S = 120.0  # the most a Transcriber waits for its drafter's model to load
 AudioInput = str | Path | np.ndarray
 
@@ -64,7 +66,7 @@ class Options:
     temperature: float = 0.0  # 0: greedy (exact tokens); > 0: sampling (exact distribution)
     seed: int | None = None  # sampling seed, for reproducible runs
     # Speculation (as2d, sd, pld)
-    drafter: str = "whisper-tiny.en"  # load_whisper name/path, or "ct2:NAME" (CTranslate2 int8)
+    drafter: str = "auto"  # load_whisper name/path, "ct2:NAME" (CTranslate2 int8), or "auto"
     budget: int | None = None  # None: chosen per step from the measured cost; else fixed k
     max_k: int = 16  # the largest budget considered
     lookahead: int = 2  # windows the drafter may run ahead of the target
@@ -73,6 +75,11 @@ class Options:
     drafter_threads: int | None = None
     lend_cores: bool = True  # as2d: the encoder also uses the drafter's cores when it is ahead
     drafter_fault: str | None = None  # tests and robustness benchmarks only (DrafterSpec.fault)
+
+    def __post_init__(self) -> None:
+        if self.drafter == "auto":  # tiny.en is English-only: it cannot draft a translation
+            default = TRANSLATE_DRAFTER if self.task == "translate" else DEFAULT_DRAFTER
+            object.__setattr__(self, "drafter", default)
 
 
 def _cores() -> int:

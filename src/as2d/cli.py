@@ -45,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("file", metavar="FILE")
     compare.add_argument("--target", default="whisper-base")
     compare.add_argument("--method", default="as2d", choices=[m for m in METHODS if m != "target"])
-    compare.add_argument("--drafter", default="whisper-tiny.en")
+    compare.add_argument("--drafter", default="auto")
     compare.add_argument("--budget", default="auto", type=budget, help="auto, or a fixed k (0-16)")
     compare.add_argument("--language", default=None)
     commands.add_parser("models", help="list the bundled models and whether they are cached")
@@ -56,7 +56,11 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     """Options shared by `transcribe` and `ask`: models, method, decoding, output."""
     parser.add_argument("--target", default="whisper-base", help="bundled name, directory or HF id")
     parser.add_argument("--method", default="as2d", choices=METHODS, help="default: as2d")
-    parser.add_argument("--drafter", default="whisper-tiny.en", help="drafter model, or ct2:NAME")
+    parser.add_argument(
+        "--drafter",
+        default="auto",
+        help="drafter model or ct2:NAME; auto: whisper-tiny.en, ct2:whisper-base to translate",
+    )
     parser.add_argument("--budget", default="auto", type=budget, help="auto, or a fixed k (0-16)")
     parser.add_argument("--temperature", type=float, default=0.0, help="0: greedy (default)")
     parser.add_argument("--seed", type=int, default=None, help="sampling seed")
@@ -166,7 +170,7 @@ def compare_methods(args: argparse.Namespace) -> int:
     pairs = list(zip(target.results, as2d.results, strict=True))
     identical = all(t.token_ids == a.token_ids for t, a in pairs)
     print(f"\n{as2d.text}\n")
-    label = args.method if args.method == "pld" else f"{args.method} ({args.drafter})"
+    label = args.method if args.method == "pld" else f"{args.method} ({options.drafter})"
     for name, run in (("target-only", target), (label, as2d)):
         s = run.stats
         decode = sum(r.decode_s for r in run.results)

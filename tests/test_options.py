@@ -1,0 +1,21 @@
+"""Options defaults a user relies on: thread split, task-dependent drafter."""
+
+from __future__ import annotations
+
+import pytest
+
+from as2d.api import Options, thread_split
+
+
+def test_on_a_gpu_the_drafter_takes_the_spare_cores(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("as2d.api._cores", lambda: 8)
+    assert thread_split(Options(device="cuda")) == (1, 7)
+    assert thread_split(Options(device="cuda", method="target")) == (1, 0)
+    assert thread_split(Options(device="cpu")) == (4, 4)
+    assert thread_split(Options(device="cpu", method="target")) == (8, 0)
+
+
+def test_translation_drafts_with_a_multilingual_drafter_by_default() -> None:
+    assert Options().drafter == "whisper-tiny.en"
+    assert Options(task="translate").drafter == "ct2:whisper-base"  # tiny.en cannot translate
+    assert Options(task="translate", drafter="whisper-tiny.en").drafter == "whisper-tiny.en"
