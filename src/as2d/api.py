@@ -103,19 +103,26 @@ class Transcription:
 class Transcriber:
     """Holds a loaded target (and drafter process) and decodes recordings with them."""
 
-    def __init__(self, options: Options | None = None, **overrides: object) -> None:
+    def __init__(
+        self,
+        options: Options | None = None,
+        shared_target: WhisperTarget | None = None,
+        **overrides: object,
+    ) -> None:
+        """Loads `options.target`, or decodes with `shared_target` (already loaded, of that
+        name: a benchmark shares one target between configurations run one at a time)."""
         self.options = options or Options(**overrides)  # type: ignore[arg-type]
         _check(self.options)
         target_threads, drafter_threads = thread_split(self.options)
         torch.set_num_threads(target_threads)
         drafter = self._start_drafter(drafter_threads)  # loads while the target loads
         try:
-            model, self.tokenizer = load_whisper(self.options.target)
+            self.target = shared_target or WhisperTarget(*load_whisper(self.options.target))
         except BaseException:
             if drafter is not None:
                 drafter.close()
             raise
-        self.target = WhisperTarget(model, self.tokenizer)
+        self.tokenizer = self.target.tokenizer
         self.rule = _rule(self.options)
         encoded = self.warm_up()
         self.speculative = self._speculative(drafter, encoded, target_threads)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,6 +19,11 @@ from transformers.utils import logging as transformers_logging
 
 from as2d.api import METHODS, TASKS, Options, Transcriber, compare
 from as2d.audio.load import AudioError, audio_duration
+from as2d.eval.bench import BenchSettings, run_bench
+from as2d.eval.catalog import DRAFTERS, catalog, parse_budget
+from as2d.eval.datasets import DatasetError, load_dataset
+from as2d.eval.external import external_reference
+from as2d.eval.report import RunInfo, table_of, write_outputs
 from as2d.eval.timeline import timeline_path, write_timeline
 from as2d.models.bundled import ModelNotFoundError, bundled_names, is_cached
 from as2d.writers import FORMATS, FileResult, output_path, render, write_atomic
@@ -57,7 +63,26 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--drafter", default="whisper-tiny.en")
     compare.add_argument("--language", default=None)
     commands.add_parser("models", help="list the bundled models and whether they are cached")
+    add_bench_parser(commands)
     return parser
+
+
+def add_bench_parser(commands: argparse._SubParsersAction) -> None:
+    bench = commands.add_parser("bench", help="compare methods on a dataset: speed, identity, WER")
+    bench.add_argument("dataset", metavar="DATASET", help="manifest.jsonl, folder, asterisk:LANG")
+    bench.add_argument("--out", type=Path, required=True, help="results, summary, report, plots")
+    bench.add_argument("--methods", default=",".join(METHODS), help="comma-separated")
+    bench.add_argument("--drafters", default=",".join(DRAFTERS), help="comma-separated")
+    bench.add_argument("--budgets", default="auto,2,4,8,16", help="comma-separated: auto or k")
+    bench.add_argument("--repeats", type=int, default=1)
+    bench.add_argument("--limit", type=int, default=None, help="only the first N recordings")
+    bench.add_argument("--target", default="whisper-base")
+    bench.add_argument("--language", default=None, help="default: the dataset's, else detect")
+    bench.add_argument("--task", default="transcribe", choices=TASKS)
+    bench.add_argument("--quiet-wait", type=float, default=0.0, help="max s to wait for others")
+    bench.add_argument("--external", action="store_true", help="also time CTranslate2 greedy")
+    bench.add_argument("--cache", type=Path, default=Path("data-cache"), help="asterisk:LANG")
+    bench.add_argument("--no-progress", action="store_true")
 
 
 def budget(value: str) -> int | None:
@@ -77,6 +102,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return list_models()
         if args.command == "compare":
             return compare_methods(args)
+        if args.command == "bench":
+            return bench_dataset(args)
         return transcribe_files(args)
     except (UsageError, ModelNotFoundError) as err:
         return fail(str(err), EXIT_USAGE)
@@ -155,6 +182,45 @@ def compare_methods(args: argparse.Namespace) -> int:
         f"{'':>30}honest numbers, interleaved and repeated, use scripts/bench_as2d.py)"
     )
     return EXIT_OK if identical else EXIT_SOME_FAILED
+
+
+def bench_dataset(args: argparse.Namespace) -> int:
+    """`as2d bench`: load the dataset, expand the catalog, measure, write the outputs."""
+    try:
+        recordings = load_dataset(args.dataset, args.cache)[: args.limit]
+        methods, drafters = _items(args.methods), _items(args.drafters)
+        budgets = [parse_budget(b) for b in _items(args.budgets)]
+    except (DatasetError, ValueError) as err:
+        raise UsageError(str(err)) from err
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        raise UsageError(f"unknown method {unknown[0]!r}; choose from {', '.join(METHODS)}")
+    if args.repeats < 1 or (args.limit is not None and args.limit < 1):
+        raise UsageError("--repeats and --limit must be at least 1")
+    prepare_output_dir(args.out, skip_existing=False)
+    languages = {r.language for r in recordings}
+    language = args.language or (languages.pop() if len(languages) == 1 else None)
+    base = Options(target=args.target, language=language, task=args.task)
+    configs = catalog(methods, drafters, budgets, len(os.sched_getaffinity(0)))
+    settings = BenchSettings(base, args.repeats, args.quiet_wait, not args.no_progress)
+    command = "as2d " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    info = RunInfo(args.target, args.dataset, command, args.repeats)
+    try:
+        bench = run_bench(configs, recordings, settings)
+        if args.external:
+            info.external = external_reference(bench, settings)
+    except (AudioError, ValueError) as err:
+        raise UsageError(str(err)) from err
+    content = write_outputs(bench, args.out, info)
+    print(table_of(content), file=sys.stderr)
+    rows = content["configs"]
+    assert isinstance(rows, list)
+    return EXIT_OK if all(row["identical"] for row in rows) else EXIT_SOME_FAILED
+
+
+def _items(text: str) -> list[str]:
+    """ "a, b,,c" -> ["a", "b", "c"]."""
+    return [item.strip() for item in text.split(",") if item.strip()]
 
 
 def prepare_output_dir(out_dir: Path | None, skip_existing: bool) -> Path | None:
