@@ -25,7 +25,7 @@ from as2d.eval.datasets import DatasetError, load_dataset
 from as2d.eval.external import external_reference
 from as2d.eval.report import RunInfo, table_of, write_outputs
 from as2d.eval.timeline import timeline_path, write_timeline
-from as2d.models.bundled import ModelNotFoundError, bundled_names, is_cached
+from as2d.models.bundled import ModelNotFoundError, bundled_names, cache_root, is_cached
 from as2d.writers import FORMATS, FileResult, output_path, render, write_atomic
 
 EXIT_OK, EXIT_SOME_FAILED, EXIT_USAGE = 0, 1, 2
@@ -81,7 +81,7 @@ def add_bench_parser(commands: argparse._SubParsersAction) -> None:
     bench.add_argument("--task", default="transcribe", choices=TASKS)
     bench.add_argument("--quiet-wait", type=float, default=0.0, help="max s to wait for others")
     bench.add_argument("--external", action="store_true", help="also time CTranslate2 greedy")
-    bench.add_argument("--cache", type=Path, default=Path("data-cache"), help="asterisk:LANG")
+    bench.add_argument("--cache", type=Path, default=None, help="asterisk:LANG downloads")
     bench.add_argument("--no-progress", action="store_true")
 
 
@@ -187,7 +187,8 @@ def compare_methods(args: argparse.Namespace) -> int:
 def bench_dataset(args: argparse.Namespace) -> int:
     """`as2d bench`: load the dataset, expand the catalog, measure, write the outputs."""
     try:
-        recordings = load_dataset(args.dataset, args.cache)[: args.limit]
+        cache = args.cache or cache_root() / "datasets"
+        recordings = load_dataset(args.dataset, cache)[: args.limit]
         methods, drafters = _items(args.methods), _items(args.drafters)
         budgets = [parse_budget(b) for b in _items(args.budgets)]
     except (DatasetError, ValueError) as err:

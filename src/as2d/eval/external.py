@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 
 from as2d.audio.windows import iter_windows
 from as2d.eval.bench import BenchRun, BenchSettings, rotation
+from as2d.eval.report import measured
 from as2d.models.bundled import ct2_dir
 from as2d.types import Window
 
@@ -33,12 +34,13 @@ class ExternalResult:
 
 
 def external_reference(bench: BenchRun, settings: BenchSettings) -> list[dict[str, object]]:
-    """CTranslate2 greedy on every recording's windows, per compute type, interleaved."""
+    """CTranslate2 greedy on every recording's windows, per compute type, interleaved, at
+    the thread count of our faster target-only configuration."""
     try:
         from faster_whisper import WhisperModel
     except ImportError as err:
         raise ValueError("--external needs faster-whisper (pip install faster-whisper)") from err
-    threads = max(run.threads for run in bench.runs)
+    threads = measured(bench).baseline.threads or 1  # our target-only's faster thread count
     models = {
         compute: WhisperModel(
             str(ct2_dir(settings.base.target)), compute_type=compute, cpu_threads=threads
