@@ -179,7 +179,7 @@ def compare_methods(args: argparse.Namespace) -> int:
         f"{'identical output':>28}: {'yes' if identical else 'NO'}\n"
         f"{'speed-up':>28}: {target.stats.wall_s / as2d.stats.wall_s:.2f}x end to end, "
         f"{t_decode / a_decode:.2f}x decode phase (one run each, one after the other: for\n"
-        f"{'':>30}honest numbers, interleaved and repeated, use scripts/bench_as2d.py)"
+        f"{'':>30}honest numbers, interleaved and repeated, use as2d bench)"
     )
     return EXIT_OK if identical else EXIT_SOME_FAILED
 

@@ -30,7 +30,8 @@ def test_one_core_measures_target_only_once():
 
 def test_a_method_unknown_here_is_passed_through_with_its_drafter():
     """`sd` comes from another branch: the catalog treats it as data."""
-    (config,) = catalog(["sd"], ["ct2:whisper-tiny.en"], [8], 2)
+    target_1t, target_2t, config = catalog(["sd"], ["ct2:whisper-tiny.en"], [8], 2)
+    assert (target_1t.method, target_2t.threads) == ("target", 2)  # always: the baseline
     options = config.options(Options(target="whisper-base", language="en"))
     assert (options.method, options.drafter, options.budget) == ("sd", "ct2:whisper-tiny.en", 8)
     assert (options.target, options.language) == ("whisper-base", "en")

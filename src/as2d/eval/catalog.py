@@ -64,13 +64,13 @@ def catalog(
     budgets: Sequence[int | None],
     cores: int,
 ) -> list[Config]:
-    """Every configuration of the chosen axes, target-only first.
+    """Every configuration of the chosen axes, target-only first (always: it is the baseline).
 
     Target-only runs at 1 thread and at `cores` threads (the faster is the baseline);
     methods with a drafter take every drafter x budget; other methods every budget.
     """
     configs: list[Config] = []
-    for method in methods:
+    for method in dict.fromkeys([TARGET_ONLY, *methods]):
         if method == TARGET_ONLY:
             configs += [Config(method, threads=t) for t in sorted({1, cores})]
         elif method in DRAFTER_METHODS:

@@ -45,7 +45,7 @@ def _stat_fields(pid: int) -> list[str]:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
 
 
-def _children() -> list[int]:
+def children() -> list[int]:
     """Processes whose parent is this one (drafters and multiprocessing's resource tracker)."""
     me, pids = os.getpid(), []
     for entry in os.scandir("/proc"):
@@ -73,12 +73,12 @@ def _cpu_ticks(pids: list[int]) -> int:
 def wait_children_idle() -> float:
     """Waits (at most IDLE_TIMEOUT_S) until no child process uses CPU; the seconds waited."""
     start = time.perf_counter()
-    if not _children():
+    if not children():
         return 0.0
-    before = _cpu_ticks(_children())
+    before = _cpu_ticks(children())
     while time.perf_counter() - start < IDLE_TIMEOUT_S:
         time.sleep(IDLE_PERIOD_S)
-        now = _cpu_ticks(_children())
+        now = _cpu_ticks(children())
         if now - before <= IDLE_TICKS:
             break
         before = now
@@ -94,7 +94,7 @@ def _busy_ticks() -> int:
 
 def others_cores(period_s: float = 1.0) -> float:
     """Cores kept busy by processes outside this one and its children, over `period_s`."""
-    own = [os.getpid(), *_children()]
+    own = [os.getpid(), *children()]
     t0, busy0, own0 = time.perf_counter(), _busy_ticks(), _cpu_ticks(own)
     time.sleep(period_s)
     ticks = _busy_ticks() - busy0 - (_cpu_ticks(own) - own0)
