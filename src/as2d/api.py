@@ -169,14 +169,21 @@ class Transcriber:
         o = self.options
         if o.method == "target":
             return None
-        policy: BudgetPolicy
-        if o.budget is not None:
-            policy = FixedBudget(o.budget)
-        else:
-            prompt = self._prompt("en")
-            cost = cached_cost(self._cost_path(threads), self.target, encoded, prompt, o.max_k)
-            policy = AutoBudget(cost)
+        policy = self.budget_policy(o.budget, encoded, threads)
         return SpeculativeDecoder(self.target, self.tokenizer, policy, drafter, o.max_k)
+
+    def budget_policy(
+        self, budget: int | None, encoded: EncodedAudio, threads: int
+    ) -> BudgetPolicy:
+        """A fixed budget k, or (None) k chosen per step from this target's measured cost
+        at `threads` (measured on `encoded` the first time, then cached)."""
+        if budget is not None:
+            return FixedBudget(budget)
+        prompt = self._prompt("en")
+        cost = cached_cost(
+            self._cost_path(threads), self.target, encoded, prompt, self.options.max_k
+        )
+        return AutoBudget(cost)
 
     def _cost_path(self, threads: int) -> Path:
         name = re.sub(r"[^\w.-]+", "_", self.options.target)

@@ -10,7 +10,8 @@ import pytest
 
 from as2d.api import Options
 from as2d.cli import main
-from as2d.eval.bench import BenchSettings, run_bench
+from as2d.engine.policy import FixedBudget
+from as2d.eval.bench import BenchSettings, _load, run_bench
 from as2d.eval.catalog import Config
 from as2d.eval.datasets import load_dataset
 from as2d.eval.report import RunInfo, write_outputs
@@ -106,3 +107,20 @@ def test_bad_manifest_line_is_one_line(tmp_path, capsys):
     (tmp_path / "m.jsonl").write_text('{"audio": 3}\n')
     assert main(["bench", str(tmp_path / "m.jsonl"), "--out", str(tmp_path / "out")]) == 2
     assert 'm.jsonl:1: expected an object with an "audio" path' in capsys.readouterr().err
+
+
+def test_budgets_share_one_transcriber_with_their_own_policy(
+    tiny_random_whisper, english_tokenizer
+):
+    target = WhisperTarget(tiny_random_whisper, english_tokenizer)
+    configs = [Config("target", threads=1), Config("pld", budget=2), Config("pld", budget=8)]
+    loaded = _load(configs, Options(target="tiny-random", language="en"), target)
+    try:
+        t_target, t_k2, t_k8 = (loaded.transcribers[c] for c in configs)
+        assert t_k2 is t_k8 and t_target is not t_k2
+        assert all(t.target is target for t in (t_target, t_k2))  # one target model
+        assert isinstance(loaded.use(configs[2]).speculative.policy, FixedBudget)
+        assert loaded.use(configs[2]).speculative.policy.k == 8
+        assert loaded.use(configs[1]).speculative.policy.k == 2
+    finally:
+        loaded.close()

@@ -2,7 +2,8 @@
 
 Fairness (DESIGN.md, Concurrency):
 - One target model is loaded and shared by every configuration (they run one at a time);
-  each speculative configuration keeps its own drafter process, loaded before timing.
+  configurations that differ only in budget share one drafter process (each keeps its own
+  budget policy), loaded before timing: memory grows with drafters, not with budgets.
 - Every configuration first decodes a warm-up clip that is not timed.
 - Target-only runs at 1 thread and at every core; the faster is the baseline.
 - Interleaving is per recording, in an order that rotates from one recording to the
@@ -19,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 import numpy as np
@@ -30,6 +31,7 @@ from as2d.api import AudioInput, Options, Transcriber, thread_split
 from as2d.audio.load import audio_duration, load_audio
 from as2d.drafting.sources import HistoryLookup
 from as2d.engine.as2d import SpeculativeDecoder
+from as2d.engine.policy import BudgetPolicy
 from as2d.eval.catalog import Config
 from as2d.eval.datasets import Recording
 from as2d.eval.machine import wait_children_idle, wait_quiet
@@ -95,22 +97,21 @@ def run_bench(
     bench.audio_s = sum(audio_duration(r.audio) for r in recordings)
     shown = _timeline_config(configs)
     longest = max(recordings, key=lambda r: audio_duration(r.audio))
-    transcribers = _load(configs, settings.base, target)
+    loaded = _load(configs, settings.base, target)
     try:
-        _warm_up(transcribers, configs, longest)
+        _warm_up(loaded, configs, longest)
         total = len(recordings) * settings.repeats * len(configs)
         with tqdm(total=total, unit="run", disable=not settings.progress or None) as bar:
-            for run in _measure(transcribers, bench, settings):
+            for run in _measure(loaded, bench, settings):
                 bar.set_postfix_str(f"{run.recording.name}: {run.config.name}", refresh=False)
                 bar.update()
                 bench.runs.append(run)
                 if run.config == shown and run.recording == longest and run.repeat == 0:
                     title = f"{longest.name}: {shown.name}"
-                    transcriber = transcribers[shown]
+                    transcriber = loaded.transcribers[shown]
                     bench.timeline = recording_timeline(transcriber, run.windows, run.stats, title)
     finally:
-        for transcriber in transcribers.values():
-            transcriber.close()
+        loaded.close()
     return bench
 
 
@@ -122,32 +123,57 @@ def _timeline_config(configs: Sequence[Config]) -> Config:
     return ranked[0]
 
 
-def _load(
-    configs: Sequence[Config], base: Options, target: WhisperTarget
-) -> dict[Config, Transcriber]:
-    transcribers: dict[Config, Transcriber] = {}
+@dataclass
+class Loaded:
+    """A Transcriber per configuration; configurations that differ only in budget share one
+    (one drafter process, not one per budget) and swap in their own budget policy."""
+
+    transcribers: dict[Config, Transcriber] = field(default_factory=dict)
+    policies: dict[Config, BudgetPolicy] = field(default_factory=dict)
+
+    def use(self, config: Config) -> Transcriber:
+        """The transcriber of `config`, with `config`'s budget policy in place."""
+        transcriber = self.transcribers[config]
+        if config in self.policies and isinstance(transcriber.speculative, SpeculativeDecoder):
+            transcriber.speculative.policy = self.policies[config]
+        return transcriber
+
+    def close(self) -> None:
+        for transcriber in {id(t): t for t in self.transcribers.values()}.values():
+            transcriber.close()
+
+
+def _load(configs: Sequence[Config], base: Options, target: WhisperTarget) -> Loaded:
+    loaded = Loaded()
+    by_drafter: dict[Config, Transcriber] = {}  # the configuration less its budget -> shared
     try:
         for config in configs:
-            transcribers[config] = Transcriber(config.options(base), shared_target=target)
+            key = replace(config, budget=None)
+            transcriber = by_drafter.get(key)
+            if transcriber is None:
+                transcriber = Transcriber(config.options(base), shared_target=target)
+            speculative = transcriber.speculative
+            if isinstance(speculative, SpeculativeDecoder):  # budgets are swappable policies
+                by_drafter[key] = transcriber
+                threads = thread_split(transcriber.options)[0]
+                encoded = transcriber.warm_up()
+                policy = transcriber.budget_policy(config.budget, encoded, threads)
+                loaded.policies[config] = policy
+            loaded.transcribers[config] = transcriber
     except BaseException:
-        for transcriber in transcribers.values():
-            transcriber.close()
+        loaded.close()
         raise
-    return transcribers
+    return loaded
 
 
-def _warm_up(
-    transcribers: dict[Config, Transcriber], configs: Sequence[Config], recording: Recording
-) -> None:
+def _warm_up(loaded: Loaded, configs: Sequence[Config], recording: Recording) -> None:
     """Every configuration decodes the first WARM_UP_S of `recording`, untimed."""
     audio = load_audio(recording.audio)[: int(WARM_UP_S * SAMPLE_RATE)]
     for config in configs:
-        _decode(transcribers[config], audio)
+        _decode(loaded.use(config), audio)
 
 
-def _measure(
-    transcribers: dict[Config, Transcriber], bench: BenchRun, settings: BenchSettings
-) -> Iterator[RecordingRun]:
+def _measure(loaded: Loaded, bench: BenchRun, settings: BenchSettings) -> Iterator[RecordingRun]:
     """Every repeat x recording x configuration; the order rotates with each recording."""
     turn = 0
     for repeat in range(settings.repeats):
@@ -158,7 +184,7 @@ def _measure(
                 if settings.quiet_wait_s > 0:
                     wait_quiet(settings.quiet_wait_s)
                 waited = time.perf_counter() - started
-                transcriber = transcribers[config]
+                transcriber = loaded.use(config)
                 windows, stats = _decode(transcriber, recording.audio)
                 threads = thread_split(transcriber.options)[0]
                 yield RecordingRun(
