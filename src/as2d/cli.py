@@ -96,6 +96,7 @@ def budget(value: str) -> int | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # for reports: the exact command
     transformers_logging.disable_progress_bar()  # our own bar is the only one on stderr
     try:
         if args.command == "models":
@@ -186,6 +187,8 @@ def compare_methods(args: argparse.Namespace) -> int:
 
 def bench_dataset(args: argparse.Namespace) -> int:
     """`as2d bench`: load the dataset, expand the catalog, measure, write the outputs."""
+    if args.repeats < 1 or (args.limit is not None and args.limit < 1):
+        raise UsageError("--repeats and --limit must be at least 1")
     try:
         cache = args.cache or cache_root() / "datasets"
         recordings = load_dataset(args.dataset, cache)[: args.limit]
@@ -196,15 +199,13 @@ def bench_dataset(args: argparse.Namespace) -> int:
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
         raise UsageError(f"unknown method {unknown[0]!r}; choose from {', '.join(METHODS)}")
-    if args.repeats < 1 or (args.limit is not None and args.limit < 1):
-        raise UsageError("--repeats and --limit must be at least 1")
     prepare_output_dir(args.out, skip_existing=False)
     languages = {r.language for r in recordings}
     language = args.language or (languages.pop() if len(languages) == 1 else None)
     base = Options(target=args.target, language=language, task=args.task)
     configs = catalog(methods, drafters, budgets, len(os.sched_getaffinity(0)))
     settings = BenchSettings(base, args.repeats, args.quiet_wait, not args.no_progress)
-    command = "as2d " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    command = "as2d " + shlex.join(args.argv)
     info = RunInfo(args.target, args.dataset, command, args.repeats)
     try:
         bench = run_bench(configs, recordings, settings)

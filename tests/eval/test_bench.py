@@ -71,10 +71,12 @@ def test_outputs_on_two_clips_with_a_tiny_random_target(
 
 @pytest.mark.slow
 def test_bench_command_with_the_real_tiny_model(dataset, tmp_path, capsys):
-    """The command end to end: real tiny.en target, target-only at 1 and 2 threads, pld."""
+    """The command end to end: real tiny.en target, target-only at 1 and 2 threads, pld, and
+    the CTranslate2 reference."""
     out = tmp_path / "out"
     args = ["bench", str(dataset), "--target", "whisper-tiny.en", "--methods", "target,pld"]
-    code = main([*args, "--budgets", "4", "--limit", "1", "--no-progress", "--out", str(out)])
+    args += ["--budgets", "4", "--limit", "1", "--external", "--no-progress"]
+    code = main([*args, "--out", str(out)])
     err = capsys.readouterr().err
     assert code == 0, err
     assert "| pld k=4 |" in err
@@ -83,6 +85,10 @@ def test_bench_command_with_the_real_tiny_model(dataset, tmp_path, capsys):
     assert [c["name"] for c in summary["configs"]] == ["target 1t", "target 2t", "pld k=4"]
     assert all(c["identical"] and c["wer"] < 0.2 for c in summary["configs"])
     assert summary["command"] in (out / "report.md").read_text()
+    external = summary["external"]  # faster-whisper, int8 and float32, the same windows
+    assert [e["compute_type"] for e in external] == ["int8", "float32"]
+    assert all(e["tokens"] > 10 and e["pooled_tokens_per_s"] > 0 for e in external)
+    assert "## External reference (a different runtime)" in (out / "report.md").read_text()
 
 
 @pytest.mark.parametrize(

@@ -97,11 +97,12 @@ def run_bench(
     bench.audio_s = sum(audio_duration(r.audio) for r in recordings)
     shown = _timeline_config(configs)
     longest = max(recordings, key=lambda r: audio_duration(r.audio))
-    loaded = _load(configs, settings.base, target)
+    loaded = _load(configs, settings.base, target, settings.progress)
     try:
         _warm_up(loaded, configs, longest)
         total = len(recordings) * settings.repeats * len(configs)
-        with tqdm(total=total, unit="run", disable=not settings.progress or None) as bar:
+        bar = tqdm(total=total, desc="decoding", unit="run", disable=not settings.progress or None)
+        with bar:
             for run in _measure(loaded, bench, settings):
                 bar.set_postfix_str(f"{run.recording.name}: {run.config.name}", refresh=False)
                 bar.update()
@@ -143,11 +144,13 @@ class Loaded:
             transcriber.close()
 
 
-def _load(configs: Sequence[Config], base: Options, target: WhisperTarget) -> Loaded:
+def _load(
+    configs: Sequence[Config], base: Options, target: WhisperTarget, progress: bool = False
+) -> Loaded:
     loaded = Loaded()
     by_drafter: dict[Config, Transcriber] = {}  # the configuration less its budget -> shared
     try:
-        for config in configs:
+        for config in tqdm(configs, desc="loading", unit="config", disable=not progress or None):
             key = replace(config, budget=None)
             transcriber = by_drafter.get(key)
             if transcriber is None:
