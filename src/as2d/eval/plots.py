@@ -40,10 +40,9 @@ def plot_cdf(configs: Sequence[Config], m: Measured, path: Path) -> None:
             continue
         mine = m.times[config.name]
         ratios = np.sort([base[key] / mine[key] for key in mine if mine[key] > 0])
-        if len(ratios):
-            ax.step(
-                ratios, np.arange(1, len(ratios) + 1) / len(ratios), where="post", label=config.name
-            )
+        if len(ratios):  # from (first ratio, 0): the share of windows at or below each ratio
+            shares = np.arange(len(ratios) + 1) / len(ratios)
+            ax.step(np.r_[ratios[0], ratios], shares, where="post", label=config.name)
     ax.axvline(1.0, color="black", linestyle="--", linewidth=0.8, label=f"{m.baseline.name} = 1")
     ax.set_xscale("log")
     ax.set_xlabel("per-window speed-up over target-only (log)")
