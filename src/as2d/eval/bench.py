@@ -36,7 +36,6 @@ from as2d.eval.catalog import Config
 from as2d.eval.datasets import Recording
 from as2d.eval.machine import wait_children_idle, wait_quiet
 from as2d.eval.timeline import Timeline, recording_timeline
-from as2d.models.bundled import load_whisper
 from as2d.models.whisper import WhisperTarget
 from as2d.types import SAMPLE_RATE, RunStats, WindowResult
 
@@ -89,10 +88,9 @@ def run_bench(
     settings: BenchSettings,
     target: WhisperTarget | None = None,
 ) -> BenchRun:
-    """Loads every configuration (sharing `target`, loaded here if None), warms each up,
-    then decodes recordings x repeats x configurations, interleaved per recording."""
-    if target is None:
-        target = WhisperTarget(*load_whisper(settings.base.target))
+    """Loads every configuration (all sharing `target`, or the target the first one loads),
+    warms each up, then decodes recordings x repeats x configurations, interleaved per
+    recording."""
     bench = BenchRun(list(configs), list(recordings))
     bench.audio_s = sum(audio_duration(r.audio) for r in recordings)
     shown = _timeline_config(configs)
@@ -145,7 +143,7 @@ class Loaded:
 
 
 def _load(
-    configs: Sequence[Config], base: Options, target: WhisperTarget, progress: bool = False
+    configs: Sequence[Config], base: Options, target: WhisperTarget | None, progress: bool = False
 ) -> Loaded:
     loaded = Loaded()
     by_drafter: dict[Config, Transcriber] = {}  # the configuration less its budget -> shared
@@ -155,6 +153,7 @@ def _load(
             transcriber = by_drafter.get(key)
             if transcriber is None:
                 transcriber = Transcriber(config.options(base), shared_target=target)
+                target = transcriber.target  # loaded once, by the first configuration
             speculative = transcriber.speculative
             if isinstance(speculative, SpeculativeDecoder):  # budgets are swappable policies
                 by_drafter[key] = transcriber
