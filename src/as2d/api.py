@@ -35,7 +35,7 @@ from as2d.engine.decode import decode_target_only
 from as2d.engine.policy import AutoBudget, BudgetPolicy, CostModel, FixedBudget
 from as2d.engine.sd import CoupledDecoder, with_drafting
 from as2d.engine.speculative import StepCounts
-from as2d.engine.target import Request
+from as2d.engine.target import Request, TargetAdapter
 from as2d.models.bundled import cache_root, load_whisper
 from as2d.models.targets import DTYPES, adapter_class, load_target
 from as2d.models.whisper import EncodedAudio, WhisperTarget
@@ -131,10 +131,17 @@ class Transcription:
 class Transcriber:
     """Holds a loaded target (and drafter process) and decodes recordings with them."""
 
-    def __init__(self, options: Options | None = None, **overrides: object) -> None:
+    def __init__(
+        self,
+        options: Options | None = None,
+        shared_target: TargetAdapter[Any] | None = None,
+        **overrides: object,
+    ) -> None:
+        """Loads `options.target`, or decodes with `shared_target` (already loaded, of that
+        name: a benchmark shares one target between configurations run one at a time)."""
         self.options = options or Options(**overrides)  # type: ignore[arg-type]
         _check(self.options)
-        family = adapter_class(self.options.target)
+        family = type(shared_target) if shared_target else adapter_class(self.options.target)
         if self.options.task == "ask" and not family.follows_requests:
             raise ValueError(
                 f"target {self.options.target} cannot follow requests: ask needs an audio LLM "
@@ -148,7 +155,8 @@ class Transcriber:
         drafter = self._start_drafter(drafter_threads)  # loads while the target loads
         try:
             o = self.options
-            self.target = load_target(o.target, o.device, DTYPES[o.dtype] if o.dtype else None)
+            dtype = DTYPES[o.dtype] if o.dtype else None
+            self.target = shared_target or load_target(o.target, o.device, dtype)
         except BaseException:
             if drafter is not None:
                 drafter.close()
@@ -208,16 +216,21 @@ class Transcriber:
         o = self.options
         if o.method == "target":
             return None
-        policy: BudgetPolicy
-        if o.budget is not None:
-            policy = FixedBudget(o.budget)
-        else:
-            prompt = self._prompt(encoded, "en")
-            cost = cached_cost(self._cost_path(threads), self.target, encoded, prompt, o.max_k)
-            policy = AutoBudget(cost)
+        policy = self.budget_policy(o.budget, encoded, threads)
         return SpeculativeDecoder(
             self.target, self.tokenizer, policy, drafter, o.max_k, self.target.leading_space
         )
+
+    def budget_policy(self, budget: int | None, encoded: Any, threads: int) -> BudgetPolicy:
+        """A fixed budget k, or (None) k chosen per step from this target's measured cost
+        at `threads` (measured on `encoded` the first time, then cached)."""
+        if budget is not None:
+            return FixedBudget(budget)
+        prompt = self._prompt(encoded, "en")
+        cost = cached_cost(
+            self._cost_path(threads), self.target, encoded, prompt, self.options.max_k
+        )
+        return AutoBudget(cost)
 
     def _coupled(self, encoded: EncodedAudio, threads: int) -> CoupledDecoder:
         """sd: the drafter model loaded here, drafting in turn with the target on its threads.

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,8 +19,13 @@ from transformers.utils import logging as transformers_logging
 
 from as2d.api import METHODS, Options, Transcriber, compare
 from as2d.audio.load import AudioError, audio_duration
+from as2d.eval.bench import BenchSettings, run_bench
+from as2d.eval.catalog import DRAFTERS, catalog, parse_budget
+from as2d.eval.datasets import DatasetError, load_dataset
+from as2d.eval.external import external_reference
+from as2d.eval.report import RunInfo, table_of, write_outputs
 from as2d.eval.timeline import timeline_path, write_timeline
-from as2d.models.bundled import ModelNotFoundError, bundled_names, is_cached
+from as2d.models.bundled import ModelNotFoundError, bundled_names, cache_root, is_cached
 from as2d.models.targets import DTYPES
 from as2d.writers import FORMATS, FileResult, output_path, render, write_atomic
 
@@ -49,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--budget", default="auto", type=budget, help="auto, or a fixed k (0-16)")
     compare.add_argument("--language", default=None)
     commands.add_parser("models", help="list the bundled models and whether they are cached")
+    add_bench_parser(commands)
     return parser
 
 
@@ -78,6 +85,26 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_bench_parser(commands: argparse._SubParsersAction) -> None:
+    bench = commands.add_parser("bench", help="compare methods on a dataset: speed, identity, WER")
+    bench.add_argument("dataset", metavar="DATASET", help="manifest.jsonl, folder, asterisk:LANG")
+    bench.add_argument("--out", type=Path, required=True, help="results, summary, report, plots")
+    bench.add_argument("--methods", default=",".join(METHODS), help="comma-separated")
+    bench.add_argument("--drafters", default=",".join(DRAFTERS), help="comma-separated")
+    bench.add_argument("--budgets", default="auto,2,4,8,16", help="comma-separated: auto or k")
+    bench.add_argument("--repeats", type=int, default=1)
+    bench.add_argument("--limit", type=int, default=None, help="only the first N recordings")
+    bench.add_argument("--target", default="whisper-base")
+    bench.add_argument("--device", default="cpu", help="the target's device: cpu or cuda[:N]")
+    bench.add_argument("--dtype", default=None, choices=DTYPES, help="the target's weights")
+    bench.add_argument("--language", default=None, help="default: the dataset's, else detect")
+    bench.add_argument("--task", default="transcribe", choices=("transcribe", "translate"))
+    bench.add_argument("--quiet-wait", type=float, default=0.0, help="max s to wait for others")
+    bench.add_argument("--external", action="store_true", help="also time CTranslate2 greedy")
+    bench.add_argument("--cache", type=Path, default=None, help="asterisk:LANG downloads")
+    bench.add_argument("--no-progress", action="store_true")
+
+
 def budget(value: str) -> int | None:
     """`auto` -> None (chosen per step); a number -> a fixed budget k."""
     if value == "auto":
@@ -89,12 +116,15 @@ def budget(value: str) -> int | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # for reports: the exact command
     transformers_logging.disable_progress_bar()  # our own bar is the only one on stderr
     try:
         if args.command == "models":
             return list_models()
         if args.command == "compare":
             return compare_methods(args)
+        if args.command == "bench":
+            return bench_dataset(args)
         if args.command == "ask":
             args.files, args.task = [args.file], "ask"
         return transcribe_files(args)
@@ -181,7 +211,7 @@ def compare_methods(args: argparse.Namespace) -> int:
         f"{'identical output':>28}: {'yes' if identical else 'NO'}\n"
         f"{'speed-up':>28}: {target.stats.wall_s / as2d.stats.wall_s:.2f}x end to end, "
         f"{t_decode / a_decode:.2f}x decode phase (one run each, one after the other: for\n"
-        f"{'':>30}honest numbers, interleaved and repeated, use scripts/bench_as2d.py)"
+        f"{'':>30}honest numbers, interleaved and repeated, use as2d bench)"
     )
     passes = sum(r.verify_passes for r in as2d.results)
     if passes:
@@ -192,6 +222,48 @@ def compare_methods(args: argparse.Namespace) -> int:
             f"({passes} verify passes, {plain} plain steps)"
         )
     return EXIT_OK if identical else EXIT_SOME_FAILED
+
+
+def bench_dataset(args: argparse.Namespace) -> int:
+    """`as2d bench`: load the dataset, expand the catalog, measure, write the outputs."""
+    if args.repeats < 1 or (args.limit is not None and args.limit < 1):
+        raise UsageError("--repeats and --limit must be at least 1")
+    try:
+        cache = args.cache or cache_root() / "datasets"
+        recordings = load_dataset(args.dataset, cache)[: args.limit]
+        methods, drafters = _items(args.methods), _items(args.drafters)
+        budgets = [parse_budget(b) for b in _items(args.budgets)]
+    except (DatasetError, ValueError) as err:
+        raise UsageError(str(err)) from err
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        raise UsageError(f"unknown method {unknown[0]!r}; choose from {', '.join(METHODS)}")
+    prepare_output_dir(args.out, skip_existing=False)
+    languages = {r.language for r in recordings}
+    language = args.language or (languages.pop() if len(languages) == 1 else None)
+    base = Options(
+        target=args.target, language=language, task=args.task, device=args.device, dtype=args.dtype
+    )
+    configs = catalog(methods, drafters, budgets, len(os.sched_getaffinity(0)))
+    settings = BenchSettings(base, args.repeats, args.quiet_wait, not args.no_progress)
+    command = "as2d " + shlex.join(args.argv)
+    info = RunInfo(args.target, args.dataset, command, args.repeats)
+    try:
+        bench = run_bench(configs, recordings, settings)
+        if args.external:
+            info.external = external_reference(bench, settings)
+    except (AudioError, ValueError) as err:
+        raise UsageError(str(err)) from err
+    content = write_outputs(bench, args.out, info)
+    print(table_of(content), file=sys.stderr)
+    rows = content["configs"]
+    assert isinstance(rows, list)
+    return EXIT_OK if all(row["identical"] for row in rows) else EXIT_SOME_FAILED
+
+
+def _items(text: str) -> list[str]:
+    """ "a, b,,c" -> ["a", "b", "c"]."""
+    return [item.strip() for item in text.split(",") if item.strip()]
 
 
 def prepare_output_dir(out_dir: Path | None, skip_existing: bool) -> Path | None:

@@ -1,0 +1,227 @@
+"""`as2d bench`: every configuration decodes every recording, in one run, interleaved.
+
+Fairness (DESIGN.md, Concurrency):
+- One target model is loaded and shared by every configuration (they run one at a time);
+  configurations that differ only in budget share one drafter process (each keeps its own
+  budget policy), loaded before timing: memory grows with drafters, not with budgets.
+- Every configuration first decodes a warm-up clip that is not timed.
+- Target-only runs at 1 thread and at every core; the faster is the baseline.
+- Interleaving is per recording, in an order that rotates from one recording to the
+  next. Not per window: an `as2d` drafter runs ahead into later windows of its
+  recording, so with per-window turns it would draft for free while other configurations
+  are being timed. Per recording, the drafter's look-ahead falls inside its own timing.
+  Before each timed decode the drafter processes are left to go idle, and (optionally)
+  other processes on the machine to quiet down.
+- Each configuration starts every recording with an empty history of earlier output.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from as2d.api import AudioInput, Options, Transcriber, thread_split
+from as2d.audio.load import audio_duration, load_audio
+from as2d.drafting.sources import HistoryLookup
+from as2d.engine.as2d import SpeculativeDecoder
+from as2d.engine.policy import BudgetPolicy
+from as2d.engine.target import TargetAdapter
+from as2d.eval.catalog import Config
+from as2d.eval.datasets import Recording
+from as2d.eval.machine import wait_children_idle, wait_quiet
+from as2d.eval.timeline import Timeline, recording_timeline
+from as2d.types import SAMPLE_RATE, RunStats, WindowResult
+
+T = TypeVar("T")
+WARM_UP_S = 20.0  # the untimed first decode of every configuration: this much audio
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    """How a benchmark runs, apart from what it compares (the configurations)."""
+
+    base: Options  # target, language, task; method and drafter come from each Config
+    repeats: int = 1
+    quiet_wait_s: float = 0.0  # before each timed decode, wait up to this for other processes
+    progress: bool = True  # a tqdm bar on stderr
+
+
+@dataclass
+class RecordingRun:
+    """One configuration's decode of one recording."""
+
+    config: Config
+    recording: Recording
+    repeat: int
+    position: int  # its place in this recording's rotation of configurations
+    threads: int  # the target's torch threads
+    windows: list[WindowResult]
+    stats: RunStats
+    idle_wait_s: float  # waited for drafters to go idle (and others to quiet) before it
+
+    @property
+    def text(self) -> str:
+        return " ".join(w.text for w in self.windows if w.text)
+
+
+@dataclass
+class BenchRun:
+    """Everything measured: runs in the order they were made, and one recording's timeline."""
+
+    configs: list[Config]
+    recordings: list[Recording]
+    runs: list[RecordingRun] = field(default_factory=list)
+    timeline: Timeline | None = None
+    audio_s: float = 0.0
+
+
+def run_bench(
+    configs: Sequence[Config],
+    recordings: Sequence[Recording],
+    settings: BenchSettings,
+    target: TargetAdapter[Any] | None = None,
+) -> BenchRun:
+    """Loads every configuration (all sharing `target`, or the target the first one loads),
+    warms each up, then decodes recordings x repeats x configurations, interleaved per
+    recording."""
+    bench = BenchRun(list(configs), list(recordings))
+    bench.audio_s = sum(audio_duration(r.audio) for r in recordings)
+    shown = _timeline_config(configs)
+    longest = max(recordings, key=lambda r: audio_duration(r.audio))
+    loaded = _load(configs, settings.base, target, settings.progress)
+    try:
+        _warm_up(loaded, configs, longest)
+        total = len(recordings) * settings.repeats * len(configs)
+        bar = tqdm(total=total, desc="decoding", unit="run", disable=not settings.progress or None)
+        with bar:
+            for run in _measure(loaded, bench, settings):
+                bar.set_postfix_str(f"{run.recording.name}: {run.config.name}", refresh=False)
+                bar.update()
+                bench.runs.append(run)
+                if run.config == shown and run.recording == longest and run.repeat == 0:
+                    title = f"{longest.name}: {shown.name}"
+                    transcriber = loaded.transcribers[shown]
+                    bench.timeline = recording_timeline(transcriber, run.windows, run.stats, title)
+    finally:
+        loaded.close()
+    return bench
+
+
+def _timeline_config(configs: Sequence[Config]) -> Config:
+    """The configuration whose timeline is drawn: as2d auto if there, else one with a drafter."""
+    ranked = sorted(
+        configs, key=lambda c: (c.method != "as2d", c.budget is not None, not c.drafter)
+    )
+    return ranked[0]
+
+
+@dataclass
+class Loaded:
+    """A Transcriber per configuration; configurations that differ only in budget share one
+    (one drafter process, not one per budget) and swap in their own budget policy."""
+
+    transcribers: dict[Config, Transcriber] = field(default_factory=dict)
+    policies: dict[Config, BudgetPolicy] = field(default_factory=dict)
+
+    def use(self, config: Config) -> Transcriber:
+        """The transcriber of `config`, with `config`'s budget policy in place."""
+        transcriber = self.transcribers[config]
+        if config in self.policies and isinstance(transcriber.speculative, SpeculativeDecoder):
+            transcriber.speculative.policy = self.policies[config]
+        return transcriber
+
+    def close(self) -> None:
+        for transcriber in {id(t): t for t in self.transcribers.values()}.values():
+            transcriber.close()
+
+
+def _load(
+    configs: Sequence[Config],
+    base: Options,
+    target: TargetAdapter[Any] | None,
+    progress: bool = False,
+) -> Loaded:
+    loaded = Loaded()
+    by_drafter: dict[Config, Transcriber] = {}  # the configuration less its budget -> shared
+    try:
+        for config in tqdm(configs, desc="loading", unit="config", disable=not progress or None):
+            key = replace(config, budget=None)
+            transcriber = by_drafter.get(key)
+            if transcriber is None:
+                transcriber = Transcriber(config.options(base), shared_target=target)
+                target = transcriber.target  # loaded once, by the first configuration
+            speculative = transcriber.speculative
+            if isinstance(speculative, SpeculativeDecoder):  # budgets are swappable policies
+                by_drafter[key] = transcriber
+                threads = thread_split(transcriber.options)[0]
+                encoded = transcriber.warm_up()
+                policy = transcriber.budget_policy(config.budget, encoded, threads)
+                loaded.policies[config] = policy
+            loaded.transcribers[config] = transcriber
+    except BaseException:
+        loaded.close()
+        raise
+    return loaded
+
+
+def _warm_up(loaded: Loaded, configs: Sequence[Config], recording: Recording) -> None:
+    """Every configuration decodes the first WARM_UP_S of `recording`, untimed."""
+    audio = load_audio(recording.audio)[: int(WARM_UP_S * SAMPLE_RATE)]
+    for config in configs:
+        _decode(loaded.use(config), audio)
+
+
+def _measure(loaded: Loaded, bench: BenchRun, settings: BenchSettings) -> Iterator[RecordingRun]:
+    """Every repeat x recording x configuration; the order rotates with each recording."""
+    turn = 0
+    for repeat in range(settings.repeats):
+        for recording in bench.recordings:
+            for position, config in enumerate(rotation(bench.configs, turn)):
+                started = time.perf_counter()
+                wait_children_idle()
+                if settings.quiet_wait_s > 0:
+                    wait_quiet(settings.quiet_wait_s)
+                waited = time.perf_counter() - started
+                transcriber = loaded.use(config)
+                windows, stats = _decode(transcriber, recording.audio)
+                threads = thread_split(transcriber.options)[0]
+                yield RecordingRun(
+                    config, recording, repeat, position, threads, windows, stats, waited
+                )
+            turn += 1
+
+
+def rotation(items: Sequence[T], shift: int) -> list[T]:
+    """`items` rotated left by `shift`: each recording starts with a different one.
+
+    Example:
+        rotation([a, b, c], 1) -> [b, c, a]
+    """
+    shift %= len(items)
+    return [*items[shift:], *items[:shift]]
+
+
+def _decode(transcriber: Transcriber, audio: AudioInput) -> tuple[list[WindowResult], RunStats]:
+    """One recording (a path or samples) with a fresh history, at the config's threads."""
+    torch.set_num_threads(thread_split(transcriber.options)[0])  # process-wide: set per decode
+    if isinstance(transcriber.speculative, SpeculativeDecoder):
+        transcriber.speculative.history = HistoryLookup()
+    run = transcriber.transcribe(audio)
+    windows = list(run)
+    return windows, run.stats
+
+
+def tokens_hash(token_ids: Sequence[int]) -> str:
+    """A short fingerprint of an output: equal token ids give equal hashes.
+
+    The first 16 hex digits of the SHA-256 of the ids as little-endian int64.
+    """
+    data = np.asarray(token_ids, dtype=np.int64).tobytes()
+    return hashlib.sha256(data).hexdigest()[:16]

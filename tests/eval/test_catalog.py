@@ -1,0 +1,44 @@
+"""The catalog: axes expanded into configurations, passed to Options unchanged."""
+
+from __future__ import annotations
+
+import pytest
+
+from as2d.api import Options
+from as2d.eval.catalog import Config, catalog, parse_budget
+
+
+def test_catalog_expands_axes_target_first():
+    configs = catalog(
+        ["as2d", "pld", "target"], ["whisper-tiny.en", "ct2:whisper-base"], [None, 4], 2
+    )
+    assert [c.name for c in configs] == [
+        "target 1t",
+        "target 2t",
+        "as2d whisper-tiny.en k=auto",
+        "as2d whisper-tiny.en k=4",
+        "as2d ct2:whisper-base k=auto",
+        "as2d ct2:whisper-base k=4",
+        "pld k=auto",
+        "pld k=4",
+    ]
+
+
+def test_one_core_measures_target_only_once():
+    assert catalog(["target"], [], [None], 1) == [Config("target", threads=1)]
+
+
+def test_a_method_unknown_here_is_passed_through_with_its_drafter():
+    """`sd` comes from another branch: the catalog treats it as data."""
+    target_1t, target_2t, config = catalog(["sd"], ["ct2:whisper-tiny.en"], [8], 2)
+    assert (target_1t.method, target_2t.threads) == ("target", 2)  # always: the baseline
+    options = config.options(Options(target="whisper-base", language="en"))
+    assert (options.method, options.drafter, options.budget) == ("sd", "ct2:whisper-tiny.en", 8)
+    assert (options.target, options.language) == ("whisper-base", "en")
+
+
+def test_parse_budget():
+    assert parse_budget("auto") is None
+    assert parse_budget("16") == 16
+    with pytest.raises(ValueError, match="auto or a number"):
+        parse_budget("-1")

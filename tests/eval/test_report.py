@@ -1,0 +1,72 @@
+"""Summary figures from hand-made timings: speed-up, slower windows, identity, oracle share."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from as2d.eval.bench import BenchRun, RecordingRun
+from as2d.eval.catalog import Config
+from as2d.eval.datasets import Recording
+from as2d.eval.report import RunInfo, measured, summarise, summary
+from as2d.types import RunStats, WindowResult
+
+T1, T2 = Config("target", threads=1), Config("target", threads=2)
+AUTO, K4 = Config("as2d", "whisper-tiny.en", None), Config("as2d", "whisper-tiny.en", 4)
+PLD = Config("pld", budget=4)
+REC = Recording(Path("a.flac"), "one two", "en")
+
+
+def run(
+    config: Config, seconds: list[float], tokens: list[list[int]], threads: int = 1
+) -> RecordingRun:
+    """One recording decoded by `config`: window i took seconds[i] (all of it decoding)."""
+    windows = [
+        WindowResult(i, i, i + 1, "one two" if i == 0 else "", t, 0.0, s, 2, 0, 3)
+        for i, (s, t) in enumerate(zip(seconds, tokens, strict=True))
+    ]
+    stats = RunStats(sum(seconds), 2.0, sum(map(len, tokens)), 0.0, 0.0)
+    return RecordingRun(config, REC, 0, 0, threads, windows, stats, 0.0)
+
+
+def bench() -> BenchRun:
+    same = [[1, 2, 3, 4], [5, 6, 7, 8]]  # 8 tokens over 2 windows
+    b = BenchRun([T1, T2, AUTO, K4, PLD], [REC], audio_s=2.0)
+    b.runs = [
+        run(T1, [2.0, 2.0], same),
+        run(T2, [1.0, 3.0], same, threads=2),  # 8 tokens / 4 s too, tie: first wins
+        run(AUTO, [1.0, 1.5], same),
+        run(K4, [0.5, 2.5], same),
+        run(PLD, [2.0, 1.0], [[1, 2, 3, 4], [5, 6, 7, 9]], threads=2),  # differs on window 1
+    ]
+    return b
+
+
+def test_figures_against_the_faster_target_only():
+    b = bench()
+    m = measured(b)
+    assert m.baseline == T1
+    rows = {r.name: r for r in summarise(b, m)}
+    assert rows["target 1t"].pooled_tokens_per_s == pytest.approx(2.0)
+    assert rows["as2d whisper-tiny.en k=auto"].speedup == pytest.approx(4.0 / 2.5)
+    assert rows["as2d whisper-tiny.en k=4"].frac_windows_slower == pytest.approx(0.5)
+    assert rows["target 2t"].frac_windows_slower == pytest.approx(0.5)
+    assert rows["as2d whisper-tiny.en k=auto"].mean_accepted == pytest.approx(1.5)
+    assert rows["as2d whisper-tiny.en k=auto"].wer == 0.0
+    assert [r.identical for r in rows.values()] == [True, True, True, True, False]
+
+
+def test_summary_keys_and_oracle():
+    b = bench()
+    m = measured(b)
+    content = summary(b, m, summarise(b, m), RunInfo("whisper-base", "set", "as2d bench", 1))
+    assert {"machine", "target", "audio_s", "windows", "configs", "oracle"} <= content.keys()
+    assert {"pooled_tokens_per_s", "speedup"} <= content["oracle"].keys()
+    names = ["method", "drafter", "budget", "pooled_tokens_per_s", "speedup"]
+    names += ["frac_windows_slower", "identical", "wer", "mean_accepted"]
+    assert all(set(names) <= c.keys() for c in content["configs"])
+    # oracle over target 1t, auto, k=4 (not pld, not target 2t): 0.5 + 1.5 s for 8 tokens
+    assert content["oracle"]["pooled_tokens_per_s"] == pytest.approx(8 / 2.0)
+    assert content["oracle"]["speedup"] == pytest.approx(2.0)
+    assert content["as2d_auto_frac_of_oracle"] == pytest.approx((8 / 2.5) / 4.0)
