@@ -28,12 +28,12 @@ def test_one_core_measures_target_only_once():
     assert catalog(["target"], [], [None], 1) == [Config("target", threads=1)]
 
 
-def test_a_method_unknown_here_is_passed_through_with_its_drafter():
-    """`sd` comes from another branch: the catalog treats it as data."""
-    target_1t, target_2t, config = catalog(["sd"], ["ct2:whisper-tiny.en"], [8], 2)
+def test_a_configuration_is_passed_through_as_options():
+    """The catalog is data: its method, drafter and budget become Options unchanged."""
+    target_1t, target_2t, config = catalog(["sd"], ["whisper-tiny.en"], [8], 2)
     assert (target_1t.method, target_2t.threads) == ("target", 2)  # always: the baseline
     options = config.options(Options(target="whisper-base", language="en"))
-    assert (options.method, options.drafter, options.budget) == ("sd", "ct2:whisper-tiny.en", 8)
+    assert (options.method, options.drafter, options.budget) == ("sd", "whisper-tiny.en", 8)
     assert (options.target, options.language) == ("whisper-base", "en")
 
 
@@ -42,3 +42,8 @@ def test_parse_budget():
     assert parse_budget("16") == 16
     with pytest.raises(ValueError, match="auto or a number"):
         parse_budget("-1")
+
+
+def test_sd_takes_only_pytorch_drafters() -> None:
+    configs = catalog(["sd"], ["whisper-tiny.en", "ct2:whisper-tiny.en"], [4], cores=2)
+    assert [c.name for c in configs] == ["target 1t", "target 2t", "sd whisper-tiny.en k=4"]

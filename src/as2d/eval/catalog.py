@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from as2d.api import Options
+from as2d.runtime.spec import CT2_PREFIX
 
 DRAFTERS = ("whisper-tiny.en", "ct2:whisper-tiny.en", "ct2:whisper-base")  # issue 4 catalog
 BUDGETS: tuple[int | None, ...] = (None, 2, 4, 8, 16)  # None: auto, chosen per step
@@ -67,14 +68,16 @@ def catalog(
     """Every configuration of the chosen axes, target-only first (always: it is the baseline).
 
     Target-only runs at 1 thread and at `cores` threads (the faster is the baseline);
-    methods with a drafter take every drafter x budget; other methods every budget.
+    methods with a drafter take every drafter x budget (sd: PyTorch drafters only, as it needs
+    the drafter's KV cache); other methods every budget.
     """
     configs: list[Config] = []
     for method in dict.fromkeys([TARGET_ONLY, *methods]):
         if method == TARGET_ONLY:
             configs += [Config(method, threads=t) for t in sorted({1, cores})]
         elif method in DRAFTER_METHODS:
-            configs += [Config(method, d, k) for d in drafters for k in budgets]
+            usable = [d for d in drafters if method != "sd" or not d.startswith(CT2_PREFIX)]
+            configs += [Config(method, d, k) for d in usable for k in budgets]
         else:
             configs += [Config(method, budget=k) for k in budgets]
     return sorted(configs, key=lambda c: c.method != TARGET_ONLY)
