@@ -18,6 +18,7 @@ Fairness (DESIGN.md, Concurrency):
 from __future__ import annotations
 
 import hashlib
+import sys
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -104,6 +105,14 @@ def run_bench(
             for run in _measure(loaded, bench, settings):
                 bar.set_postfix_str(f"{run.recording.name}: {run.config.name}", refresh=False)
                 bar.update()
+                if settings.progress and not sys.stderr.isatty():  # a log file: a line per run
+                    tokens, wall = run.stats.tokens, run.stats.wall_s
+                    print(
+                        f"[{bar.n}/{total}] {run.recording.name}: {run.config.name}: "
+                        f"{tokens} tokens in {wall:.1f} s",
+                        file=sys.stderr,
+                        flush=True,
+                    )
                 bench.runs.append(run)
                 if run.config == shown and run.recording == longest and run.repeat == 0:
                     title = f"{longest.name}: {shown.name}"
