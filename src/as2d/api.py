@@ -16,7 +16,6 @@ Audio LLM targets also answer requests, window by window (task "ask"):
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from collections.abc import Iterator, Sequence
@@ -39,65 +38,12 @@ from as2d.engine.target import Request, TargetAdapter
 from as2d.models.bundled import cache_root, load_whisper
 from as2d.models.targets import DTYPES, adapter_class, load_target
 from as2d.models.whisper import EncodedAudio, WhisperTarget
+from as2d.options import Options, check, rule, thread_split
 from as2d.runtime.drafter import DrafterProcess, DrafterSpec
-from as2d.runtime.spec import CT2_PREFIX
 from as2d.types import SAMPLE_RATE, RunStats, Window, WindowResult
-from as2d.verify import Greedy, Rule, Sampling
 
-METHODS = ("as2d", "target", "pld", "sd")
-TASKS = ("transcribe", "translate", "ask")
-DEFAULT_DRAFTER = "whisper-tiny.en"
-TRANSLATE_DRAFTER = "ct2:whisper-base"  # the default drafter for --task translate
 DRAFTER_LOAD_S = 120.0  # the most a Transcriber waits for its drafter's model to load
 AudioInput = str | Path | np.ndarray
-
-
-@dataclass(frozen=True)
-class Options:
-    """How to decode, shared by every recording of a Transcriber."""
-
-    target: str = "whisper-base"  # bundled name, local directory or Hugging Face id
-    device: str = "cpu"  # the target's device: "cpu" or "cuda" (the drafter stays on the CPU)
-    dtype: str | None = None  # the target's weights: float32/float16/bfloat16; None: default
-    method: str = "as2d"  # one of METHODS
-    language: str | None = None  # None: detected from the first window (multilingual targets)
-    task: str = "transcribe"  # "transcribe", "translate" (to English) or "ask" (audio LLMs)
-    request: str | None = None  # the user's request about the audio (task "ask")
-    temperature: float = 0.0  # 0: greedy (exact tokens); > 0: sampling (exact distribution)
-    seed: int | None = None  # sampling seed, for reproducible runs
-    # Speculation (as2d, sd, pld)
-    drafter: str = "auto"  # load_whisper name/path, "ct2:NAME" (CTranslate2 int8), or "auto"
-    budget: int | None = None  # None: chosen per step from the measured cost; else fixed k
-    max_k: int = 16  # the largest budget considered
-    lookahead: int = 2  # windows the drafter may run ahead of the target
-    # Threads: default splits the cores between target and drafter (as2d), else all cores
-    threads: int | None = None  # the target's torch threads
-    drafter_threads: int | None = None
-    lend_cores: bool = True  # as2d: the encoder also uses the drafter's cores when it is ahead
-    drafter_fault: str | None = None  # tests and robustness benchmarks only (DrafterSpec.fault)
-
-    def __post_init__(self) -> None:
-        if self.drafter == "auto":  # tiny.en is English-only: it cannot draft a translation
-            default = TRANSLATE_DRAFTER if self.task == "translate" else DEFAULT_DRAFTER
-            object.__setattr__(self, "drafter", default)
-
-
-def _cores() -> int:
-    return len(os.sched_getaffinity(0))
-
-
-def thread_split(options: Options) -> tuple[int, int]:
-    """(target threads, drafter threads): the cores are shared when a drafter process runs.
-
-    With the target on a GPU, its process needs one core to launch kernels; the drafter
-    takes the rest.
-    """
-    on_gpu = options.device != "cpu"
-    if options.method != "as2d":
-        return options.threads or (1 if on_gpu else _cores()), 0
-    spare = _cores() - 1 if on_gpu else _cores() // 2
-    drafter = options.drafter_threads or max(1, spare)
-    return options.threads or max(1, _cores() - drafter), drafter
 
 
 @dataclass
@@ -140,7 +86,7 @@ class Transcriber:
         """Loads `options.target`, or decodes with `shared_target` (already loaded, of that
         name: a benchmark shares one target between configurations run one at a time)."""
         self.options = options or Options(**overrides)  # type: ignore[arg-type]
-        _check(self.options)
+        check(self.options)
         family = type(shared_target) if shared_target else adapter_class(self.options.target)
         if self.options.task == "ask" and not family.follows_requests:
             raise ValueError(
@@ -164,7 +110,7 @@ class Transcriber:
         self.tokenizer = self.target.tokenizer
         request = self.options.request if self.options.task == "ask" else None
         self.request_tokens = self.tokenizer.encode(request) if request else []
-        self.rule = _rule(self.options)
+        self.rule = rule(self.options)
         encoded = self.warm_up()
         self.speculative: SpeculativeDecoder | CoupledDecoder | None = None
         if self.options.method == "sd":
@@ -351,38 +297,6 @@ def _threads(n: int) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(before)
-
-
-def _rule(options: Options) -> Rule:
-    """Greedy, or temperature sampling with its own seeded generator."""
-    if options.temperature == 0:
-        return Greedy()
-    generator = torch.Generator()
-    generator.manual_seed(options.seed if options.seed is not None else torch.seed())
-    return Sampling(options.temperature, generator)
-
-
-def _check(options: Options) -> None:
-    if options.method not in METHODS:
-        raise ValueError(f"unknown method {options.method!r}; choose from {', '.join(METHODS)}")
-    if options.task not in TASKS:
-        raise ValueError(f"unknown task {options.task!r}; choose from {', '.join(TASKS)}")
-    if options.task == "ask" and not (options.request and options.request.strip()):
-        raise ValueError("the ask task needs a request, e.g. 'Summarise the recording.'")
-    if options.temperature < 0:
-        raise ValueError(f"temperature must be >= 0, got {options.temperature}")
-    if options.dtype is not None and options.dtype not in DTYPES:
-        raise ValueError(f"unknown dtype {options.dtype!r}; choose from {', '.join(DTYPES)}")
-    if options.device != "cpu" and not options.device.startswith("cuda"):
-        raise ValueError(f"unknown device {options.device!r}; use cpu or cuda[:N]")
-    if options.device.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"device {options.device} asked for, but torch sees no CUDA GPU here")
-    if options.method == "sd" and options.drafter.startswith(CT2_PREFIX):
-        raise ValueError(
-            f"sd needs a PyTorch drafter (its KV cache follows the target), not {options.drafter!r}"
-        )
-    if options.budget is not None and not 0 <= options.budget <= options.max_k:
-        raise ValueError(f"budget must be between 0 and {options.max_k}, got {options.budget}")
 
 
 def compare(audio: AudioInput, options: Options, methods: Sequence[str]) -> list[Transcription]:

@@ -17,7 +17,7 @@ from pathlib import Path
 from tqdm import tqdm
 from transformers.utils import logging as transformers_logging
 
-from as2d.api import METHODS, Options, Transcriber, compare
+from as2d.api import Transcriber, compare
 from as2d.audio.load import AudioError, audio_duration
 from as2d.eval.bench import BenchSettings, run_bench
 from as2d.eval.catalog import DRAFTERS, catalog, parse_budget
@@ -27,6 +27,7 @@ from as2d.eval.report import RunInfo, table_of, write_outputs
 from as2d.eval.timeline import timeline_path, write_timeline
 from as2d.models.bundled import ModelNotFoundError, bundled_names, cache_root, is_cached
 from as2d.models.targets import DTYPES
+from as2d.options import METHODS, Options
 from as2d.writers import FORMATS, FileResult, output_path, render, write_atomic
 
 EXIT_OK, EXIT_SOME_FAILED, EXIT_USAGE = 0, 1, 2

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from as2d.api import AudioInput, Options, Transcriber, thread_split
+from as2d.api import AudioInput, Transcriber
 from as2d.audio.load import audio_duration, load_audio
 from as2d.drafting.sources import HistoryLookup
 from as2d.engine.as2d import SpeculativeDecoder
@@ -38,6 +38,7 @@ from as2d.eval.catalog import Config
 from as2d.eval.datasets import Recording
 from as2d.eval.machine import wait_children_idle, wait_quiet
 from as2d.eval.timeline import Timeline, recording_timeline
+from as2d.options import Options, thread_split
 from as2d.types import SAMPLE_RATE, RunStats, WindowResult
 
 T = TypeVar("T")
