@@ -124,6 +124,23 @@ def test_ct2_drafter_publishes_the_window_text(clip: np.ndarray, ct2_ready: None
 
 
 @pytest.mark.slow
+def test_lent_cores_stop_a_ct2_drafter_inside_a_window(clip: np.ndarray, ct2_ready: None) -> None:
+    long = np.tile(clip, 5)  # about 25 s: decoding takes a while on one core
+    with DrafterProcess(DrafterSpec(CT2_TINY, threads=1)) as drafter:
+        drafter.wait_ready(120)
+        drafter.submit(window(0, long))
+        time.sleep(0.3)  # into its encoder (WORKING), which it finishes before lending
+        with drafter.lend_cores(wait_s=10.0) as free:  # waits out the encoder, then BUSY
+            assert free, "a CTranslate2 drafter inside generate is stopped (SIGSTOP)"
+            time.sleep(3.0)  # longer than the window's whole decoding on one core
+            drafter.poll()
+            assert not drafter.done(0) and not drafter.lost
+        wait_for(drafter, lambda: drafter.done(0))  # continued after the block
+        assert not drafter.lost, drafter.reason
+        assert words(REFERENCE)[:5] == words(drafter.text(0))[:5], drafter.text(0)
+
+
+@pytest.mark.slow
 def test_lookahead_bound_and_memory_released(clip: np.ndarray, ct2_ready: None) -> None:
     spec = DrafterSpec(CT2_TINY, lookahead=1)
     short = clip[: SAMPLE_RATE // 2]

@@ -118,7 +118,15 @@ class WhisperTarget:
     follows_requests = False  # transcribes or translates; cannot answer free requests
     leading_space = True  # output text starts with a space: " Hello"
 
-    def __init__(self, model: WhisperForConditionalGeneration, tokenizer: WhisperTokenizer) -> None:
+    def __init__(
+        self,
+        model: WhisperForConditionalGeneration,
+        tokenizer: WhisperTokenizer,
+        encoder_dtype: torch.dtype | None = None,
+    ) -> None:
+        """`encoder_dtype`: run the encoder in another dtype than the decoder (drafters only:
+        bfloat16 on a CPU with native bfloat16 makes tiny.en's encoder 2.4x faster, and the
+        output changes, so a target never does this)."""
         config = model.config
         self.model = model.eval()
         self.device = model.device
@@ -141,6 +149,8 @@ class WhisperTarget:
         self.cross_kv: list[tuple[torch.Tensor, torch.Tensor]] = []
         self.length = 0  # positions held in the self-attention cache
         self.prompt_length = 0
+        self.encoder_dtype = encoder_dtype or self.proj_t.dtype
+        model.model.encoder.to(self.encoder_dtype)
 
     @classmethod
     def load(
@@ -174,9 +184,9 @@ class WhisperTarget:
         feats = self.features(
             audio[:N_SAMPLES], sampling_rate=SAMPLE_RATE, return_tensors="pt"
         ).input_features  # [1, n_mels, 3000]
-        feats = feats.to(self.device, self.proj_t.dtype)
+        feats = feats.to(self.device, self.encoder_dtype)
         hidden = self.model.model.encoder(feats).last_hidden_state[0]  # [1500, d]
-        return EncodedAudio(hidden)
+        return EncodedAudio(hidden.to(self.proj_t.dtype))
 
     @torch.inference_mode()
     def prefill(self, encoded: EncodedAudio, prompt: Sequence[int]) -> torch.Tensor:
@@ -259,6 +269,13 @@ class WhisperTarget:
         if 0 <= first < scores.shape[0]:
             scores[first, self.begin_suppress] = -torch.inf
         return scores
+
+
+def fast_bfloat16() -> bool:
+    """Whether this CPU computes bfloat16 natively (AVX-512 BF16 or AMX), through oneDNN."""
+    return bool(
+        torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    )
 
 
 def _causal_mask(n: int, start: int, device: torch.device) -> torch.Tensor | None:

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import signal
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -56,6 +57,7 @@ import numpy as np
 
 from as2d.runtime.frames import FrameReader
 from as2d.runtime.spec import (
+    BUSY,
     CRASH_EXIT_CODE,
     CT2_PREFIX,
     FAULTS,
@@ -80,6 +82,8 @@ __all__ = [
 ]
 
 LEND_WAIT_S = 0.1  # lend_cores: the longest wait for a drafter to stop (a few tokens)
+_STOP = getattr(signal, "SIGSTOP", None)  # POSIX only: elsewhere a BUSY drafter keeps its cores
+_CONTINUE = getattr(signal, "SIGCONT", None)
 _THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 _CHILD_ENV = (
     ("OMP_WAIT_POLICY", "PASSIVE"),  # idle drafter threads sleep instead of spinning on cores
@@ -267,19 +271,34 @@ class DrafterProcess:
         """Pauses the drafter for the duration of the block, so the target can use its cores.
 
         The drafter stops at its next token (or before its next window's encoder) and sleeps
-        until the block ends. Yields whether its cores are free: True once it has stopped (or
-        is idle, or gone); False if it is still computing after `wait_s`, or cannot stop (a
-        CTranslate2 drafter inside a window's decoding), and then the target should not count
+        until the block ends. A drafter that cannot stop by itself (a CTranslate2 drafter
+        inside a window's decoding says BUSY) is stopped with SIGSTOP and continued after.
+        Yields whether its cores are free: True once it has stopped (or is idle, or gone);
+        False if it is still computing after `wait_s`, and then the target should not count
         on them.
         """
         self._pause.value = 1
+        frozen = False
         try:
             deadline = time.perf_counter() + wait_s
             while self._working.value == WORKING and time.perf_counter() < deadline:
                 time.sleep(0.001)
-            yield self._working.value == IDLE or not self.alive
+            frozen = self._working.value == BUSY and self._signal(_STOP)
+            yield frozen or self._working.value == IDLE or not self.alive
         finally:
+            if frozen:
+                self._signal(_CONTINUE)
             self._pause.value = 0
+
+    def _signal(self, signum: int | None) -> bool:
+        """Sends `signum` to a live child; False where it cannot be sent (no such signal)."""
+        if signum is None or self._process is None or not self.alive:
+            return False
+        try:
+            os.kill(self._process.pid, signum)
+        except ProcessLookupError:
+            return False
+        return True
 
     def close(self) -> None:
         """Stops the drafter process: terminate, then kill; waits at most about 2 s."""
