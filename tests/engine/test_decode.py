@@ -28,7 +28,9 @@ def test_forward_matches_transformers(tiny_random_whisper, english_tokenizer):
     target.prefill(target.encode(audio), ids[:2])
     ours = target.forward(ids[2:])  # one pass of 4 tokens over a cache of 2
     reference = _reference_scores(target, audio, ids)[2:]  # rows after ids[2..5]
-    torch.testing.assert_close(ours, reference, rtol=1e-4, atol=1e-4)
+    # float32 noise between sdpa and our attention reaches 1.6e-4 on some CPUs (AMX hosts);
+    # a wrong mask, position or cache row differs by orders of magnitude more.
+    torch.testing.assert_close(ours, reference, rtol=1e-4, atol=5e-4)
 
 
 def test_rollback_then_forward_gives_the_same_scores(tiny_random_whisper, english_tokenizer):
