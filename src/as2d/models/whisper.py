@@ -150,7 +150,8 @@ class WhisperTarget:
         self.length = 0  # positions held in the self-attention cache
         self.prompt_length = 0
         self.encoder_dtype = encoder_dtype or self.proj_t.dtype
-        model.model.encoder.to(self.encoder_dtype)
+        if encoder_dtype is not None:  # a target's model is left as it was loaded
+            model.model.encoder.to(encoder_dtype)
 
     @classmethod
     def load(
