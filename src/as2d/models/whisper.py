@@ -30,19 +30,39 @@ N_SAMPLES = int(
 )  # 480_000 samples = 3000 mel frames = 1500 encoder frames
 
 
+VERIFY_ROWS = 17  # rows of a verify pass at the default budget (1 + k, k = 16)
+
+
 @dataclass(frozen=True)
 class _Linear:
-    """A linear layer stored as `x @ weight_t + bias`: faster than F.linear for few rows here."""
+    """A linear layer, `x @ weight_t + bias`, with a second weight layout for several rows.
+
+    One row (a plain step) runs MKL's gemv on `[in, out]`: faster than F.linear here. Several
+    rows (a verify pass, a prompt) run oneDNN on a copy of the weight reordered for about
+    `VERIFY_ROWS` rows: MKL's small-M sgemm is slow on this path (whisper-base's 512 x 51,865
+    output layer at 17 rows: 27 ms with MKL, 11 ms with oneDNN on one core). Both are float32.
+    """
 
     weight_t: torch.Tensor  # [in, out], contiguous
     bias: torch.Tensor | None  # [out]
+    packed: torch.Tensor | None = None  # oneDNN's layout of [out, in]; None: MKL for all rows
 
     @classmethod
-    def of(cls, layer: torch.nn.Linear) -> _Linear:
-        bias = None if layer.bias is None else layer.bias.detach()
-        return cls(layer.weight.detach().t().contiguous(), bias)
+    def of(cls, layer: torch.nn.Linear, pack: bool = False) -> _Linear:
+        return cls.of_weight(layer.weight, layer.bias, pack)
+
+    @classmethod
+    def of_weight(
+        cls, weight: torch.Tensor, bias: torch.Tensor | None, pack: bool = False
+    ) -> _Linear:
+        """`weight`: [out, in] as torch stores it."""
+        weight = weight.detach()
+        packed = torch.ops.mkldnn._reorder_linear_weight(weight, VERIFY_ROWS) if pack else None
+        return cls(weight.t().contiguous(), None if bias is None else bias.detach(), packed)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.packed is not None and x.shape[0] > 1:
+            return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
         if self.bias is None:
             return x @ self.weight_t
         return torch.addmm(self.bias, x, self.weight_t)
@@ -70,10 +90,9 @@ class _Attention:
     out: _Linear
 
     @classmethod
-    def of(cls, attn: WhisperAttention) -> _Attention:
-        return cls(
-            *(_Linear.of(getattr(attn, n)) for n in ("q_proj", "k_proj", "v_proj", "out_proj"))
-        )
+    def of(cls, attn: WhisperAttention, pack: bool) -> _Attention:
+        names = ("q_proj", "k_proj", "v_proj", "out_proj")
+        return cls(*(_Linear.of(getattr(attn, n), pack) for n in names))
 
 
 @dataclass(frozen=True)
@@ -87,15 +106,15 @@ class _DecoderLayer:
     fc2: _Linear
 
     @classmethod
-    def of(cls, layer: WhisperDecoderLayer) -> _DecoderLayer:
+    def of(cls, layer: WhisperDecoderLayer, pack: bool) -> _DecoderLayer:
         return cls(
             _LayerNorm.of(layer.self_attn_layer_norm),
-            _Attention.of(layer.self_attn),
+            _Attention.of(layer.self_attn, pack),
             _LayerNorm.of(layer.encoder_attn_layer_norm),
-            _Attention.of(layer.encoder_attn),
+            _Attention.of(layer.encoder_attn, pack),
             _LayerNorm.of(layer.final_layer_norm),
-            _Linear.of(layer.fc1),
-            _Linear.of(layer.fc2),
+            _Linear.of(layer.fc1, pack),
+            _Linear.of(layer.fc2, pack),
         )
 
 
@@ -123,10 +142,13 @@ class WhisperTarget:
         model: WhisperForConditionalGeneration,
         tokenizer: WhisperTokenizer,
         encoder_dtype: torch.dtype | None = None,
+        pack_rows: bool = True,
     ) -> None:
         """`encoder_dtype`: run the encoder in another dtype than the decoder (drafters only:
         bfloat16 on a CPU with native bfloat16 makes tiny.en's encoder 2.4x faster, and the
-        output changes, so a target never does this)."""
+        output changes, so a target never does this). `pack_rows`: keep oneDNN copies of the
+        decoder's weights for passes of several rows (see `_Linear`; float32 on a CPU only),
+        for targets that verify; a drafter stepping one token at a time saves the memory."""
         config = model.config
         self.model = model.eval()
         self.device = model.device
@@ -139,17 +161,19 @@ class WhisperTarget:
         decoder = model.model.decoder
         self.embed_tokens = decoder.embed_tokens.weight.detach()  # [V, d]
         self.embed_positions = decoder.embed_positions.weight.detach()  # [448, d]
-        self.layers = [_DecoderLayer.of(layer) for layer in decoder.layers]
+        pack = pack_rows and _onednn_float32(model)
+        self.layers = [_DecoderLayer.of(layer, pack) for layer in decoder.layers]
         self.final_norm = _LayerNorm.of(decoder.layer_norm)
-        self.proj_t = model.proj_out.weight.detach().t().contiguous()  # [d, V]
-        self.suppress, self.begin_suppress = _suppression(model, self.proj_t.shape[1])
+        self.proj = _Linear.of_weight(model.proj_out.weight, None, pack)  # [d] -> [V]
+        self.dtype = model.proj_out.weight.dtype
+        self.suppress, self.begin_suppress = _suppression(model, model.proj_out.weight.shape[0])
         shape = (len(self.layers), self.n_heads, self.max_length, self.head_dim)
-        self.self_k = torch.zeros(shape, dtype=self.proj_t.dtype, device=self.device)  # [L,H,T,Dh]
+        self.self_k = torch.zeros(shape, dtype=self.dtype, device=self.device)  # [L,H,T,Dh]
         self.self_v = torch.zeros_like(self.self_k)
         self.cross_kv: list[tuple[torch.Tensor, torch.Tensor]] = []
         self.length = 0  # positions held in the self-attention cache
         self.prompt_length = 0
-        self.encoder_dtype = encoder_dtype or self.proj_t.dtype
+        self.encoder_dtype = encoder_dtype or self.dtype
         if encoder_dtype is not None:  # a target's model is left as it was loaded
             model.model.encoder.to(encoder_dtype)
 
@@ -187,7 +211,7 @@ class WhisperTarget:
         ).input_features  # [1, n_mels, 3000]
         feats = feats.to(self.device, self.encoder_dtype)
         hidden = self.model.model.encoder(feats).last_hidden_state[0]  # [1500, d]
-        return EncodedAudio(hidden.to(self.proj_t.dtype))
+        return EncodedAudio(hidden.to(self.dtype))
 
     @torch.inference_mode()
     def prefill(self, encoded: EncodedAudio, prompt: Sequence[int]) -> torch.Tensor:
@@ -220,7 +244,7 @@ class WhisperTarget:
             x = x + self._cross_attention(i, layer, layer.cross_norm(x))
             x = x + layer.fc2(F.gelu(layer.fc1(layer.mlp_norm(x))))
         self.length = start + n
-        scores = self.final_norm(x) @ self.proj_t  # [n, V]
+        scores = self.proj(self.final_norm(x))  # [n, V]
         return self._suppress(scores, start)
 
     @torch.inference_mode()
@@ -276,6 +300,15 @@ def fast_bfloat16() -> bool:
     """Whether this CPU computes bfloat16 natively (AVX-512 BF16 or AMX), through oneDNN."""
     return bool(
         torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    )
+
+
+def _onednn_float32(model: WhisperForConditionalGeneration) -> bool:
+    """Whether oneDNN can run this model's float32 decoder weights (a CPU build with it)."""
+    return (
+        model.device.type == "cpu"
+        and model.proj_out.weight.dtype == torch.float32
+        and torch.backends.mkldnn.is_available()
     )
 
 

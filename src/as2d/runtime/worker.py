@@ -94,7 +94,7 @@ class _TorchDrafter:
         # 0.50 -> 0.21 s a window on one core, same text on the bundled clips); its decoder
         # stays float32, where bfloat16 single-row steps are slower here.
         encoder_dtype = torch.bfloat16 if fast_bfloat16() else None
-        self.model = WhisperTarget(model, self.tokenizer, encoder_dtype)
+        self.model = WhisperTarget(model, self.tokenizer, encoder_dtype, pack_rows=False)
         self.spec = spec
         self.streams = True
 
