@@ -186,7 +186,7 @@ class Transcriber:
         """
         o = self.options
         model, tokenizer = load_whisper(o.drafter)
-        drafter = WhisperTarget(model, tokenizer)
+        drafter = WhisperTarget(model, tokenizer, approximate=True)  # as fast as as2d's drafter
         policy: BudgetPolicy = (
             FixedBudget(o.budget)
             if o.budget is not None
