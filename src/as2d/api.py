@@ -74,6 +74,11 @@ class Transcription:
         return " ".join(r.text for r in self.results if r.text)
 
 
+# Measured costs are cached per version of the code that they time: bump it when a change
+# moves them (v2: oneDNN verify passes and int8 drafters), or old timings steer `auto`.
+COST_VERSION = "v2"
+
+
 class Transcriber:
     """Holds a loaded target (and drafter process) and decodes recordings with them."""
 
@@ -217,7 +222,7 @@ class Transcriber:
         o = self.options
         name = model or f"{o.target}-{o.device}-{o.dtype or 'default'}"
         name = re.sub(r"[^\w.-]+", "_", name)
-        return cache_root() / "cost" / f"{name}-{threads}threads.json"
+        return cache_root() / "cost" / COST_VERSION / f"{name}-{threads}threads.json"
 
     def _decode_windows(self, audio: AudioInput, run: Transcription) -> Iterator[WindowResult]:
         start = time.perf_counter()
