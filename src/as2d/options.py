@@ -41,7 +41,7 @@ class Options:
     # Threads: default splits the cores between target and drafter (as2d), else all cores
     threads: int | None = None  # the target's torch threads
     drafter_threads: int | None = None
-    lend_cores: bool = True  # as2d: the encoder also uses the drafter's cores when it is ahead
+    lend_cores: bool = True  # as2d, CPU: the drafter stops for the target's encoder (see as2d.py)
     drafter_fault: str | None = None  # tests and robustness benchmarks only (DrafterSpec.fault)
 
     def __post_init__(self) -> None:

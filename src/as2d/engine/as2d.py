@@ -105,16 +105,19 @@ class SpeculativeDecoder:
     def lend_cores(self, window: Window) -> Iterator[bool]:
         """Whether the target may also use the drafter's cores during the block (its encoder).
 
-        Yes when there is no drafter left, or when the drafter has already finished `window`
-        (it is ahead): it is then paused for the block. No while it still drafts `window`,
-        whose text the target is about to need.
+        Yes once the drafter is past its own encoder for `window` (it is drafting it, or is
+        ahead): it is then stopped for the block, wherever it is, and goes on after it with
+        text for `window` already flowing. On two cores the target's encoder takes about half
+        its one-core time. No while the drafter has not encoded `window` yet: stopped there,
+        it would have nothing for the target's first steps (on asterisk + piper long-form,
+        1.41x end to end when lending always, 1.49x with this rule). Yes without a drafter.
         """
         d = self.drafter
         if d is not None:
             d.poll()
         if d is None or not d.alive:
             yield True
-        elif not d.done(self.base + window.index):
+        elif not d.encoded(self.base + window.index):
             yield False
         else:
             with d.lend_cores() as free:

@@ -9,6 +9,7 @@ moves a length pointer. Greedy output is the same as `model.generate` (tests gua
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Protocol
@@ -87,7 +88,11 @@ def _linear(weight: torch.Tensor, bias: torch.Tensor | None, arithmetic: Arithme
     if arithmetic == "int8":
         scales = (weight.abs().amax(1) / 127).clamp_min(1e-12).double()  # [out]
         zeros = torch.zeros(weight.shape[0], dtype=torch.long)
-        q = torch.quantize_per_channel(weight, scales, zeros, 0, torch.qint8)
+        with (
+            warnings.catch_warnings()
+        ):  # deprecated in torch > 2.13 (pinned): not the user's concern
+            warnings.simplefilter("ignore", UserWarning)
+            q = torch.quantize_per_channel(weight, scales, zeros, 0, torch.qint8)
         return _Int8Linear(torch.ops.quantized.linear_prepack(q, bias))
     rows = arithmetic == "float32+rows"
     packed = torch.ops.mkldnn._reorder_linear_weight(weight, VERIFY_ROWS) if rows else None

@@ -12,12 +12,13 @@ IPC, chosen so that no parent-side call can block (no threads, no locks, no big 
     parent ── (index, slot, samples) on a pipe, a few bytes per window ─────────────────────► child
     parent ◄── length-prefixed pickled tuples on a pipe, read with O_NONBLOCK ─────────────── child
     parent ── `released`: shared int, the last window the target is done with ──────────────► child
-    parent ── `pause`: shared flag, set while the target borrows the drafter's cores ────────► child
-    parent ◄── `working`: shared flag, the child's state (IDLE, WORKING, BUSY; see spec.py) ── child
+    parent ── SIGSTOP / SIGCONT while the target borrows the drafter's cores ────────────────► child
 
-The target borrows the drafter's cores for its encoder when the drafter is ahead (done with
-the window the target starts): the encoder is most of a window's target time and runs
-nearly twice as fast on two cores, while the drafter's lead absorbs the pause.
+The target borrows the drafter's cores for its encoder (`lend_cores`): the encoder is most
+of a window's target time and runs nearly twice as fast on two cores. The drafter is
+stopped where it is, inside a token or its own encoder, and continued after; a pipe write
+stopped halfway is finished then (the parent reassembles frames). The child asks the
+kernel to kill it if the parent dies, so a stopped drafter never outlives its target.
 
 At most `lookahead + 1` windows are in flight (see `DrafterProcess.wants`), so window i's
 slot (i mod lookahead + 1) is reused only once the target is done with window i; the
@@ -57,14 +58,11 @@ import numpy as np
 
 from as2d.runtime.frames import FrameReader
 from as2d.runtime.spec import (
-    BUSY,
     CRASH_EXIT_CODE,
     CT2_PREFIX,
     FAULTS,
-    IDLE,
     N_SAMPLES,
     SLEEP_FAULT_S,
-    WORKING,
     BusyInterval,
     DrafterSpec,
 )
@@ -81,8 +79,7 @@ __all__ = [
     "DrafterSpec",
 ]
 
-LEND_WAIT_S = 0.1  # lend_cores: the longest wait for a drafter to stop (a few tokens)
-_STOP = getattr(signal, "SIGSTOP", None)  # POSIX only: elsewhere a BUSY drafter keeps its cores
+_STOP = getattr(signal, "SIGSTOP", None)  # POSIX only: elsewhere the drafter keeps its cores
 _CONTINUE = getattr(signal, "SIGCONT", None)
 _THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 _CHILD_ENV = (
@@ -129,8 +126,6 @@ class DrafterProcess:
         self._drafts: dict[int, _WindowDraft] = {}
         self._submitted = -1  # highest window index submitted
         self._released: Any = self._ctx.RawValue("q", -1)  # shared with the child
-        self._pause: Any = self._ctx.RawValue("b", 0)  # shared: see lend_cores
-        self._working: Any = self._ctx.RawValue("b", 0)
         self._encoded: dict[int, float] = {}  # window -> time its encoding ended
         self._last_heard = 0.0
         self._closed = False
@@ -163,7 +158,7 @@ class DrafterProcess:
         self._slot_audio = np.frombuffer(self._audio, np.float32).reshape(self._slots, N_SAMPLES)
         windows, self._windows = self._ctx.Pipe(duplex=False)
         self._results, results = self._ctx.Pipe(duplex=False)
-        link = ChildLink(windows, results, self._released, self._audio, self._pause, self._working)
+        link = ChildLink(windows, results, self._released, self._audio)
         self._process = self._ctx.Process(target=child_main, args=(spec, link), daemon=True)
         with _child_env(self.spec.threads):
             self._process.start()
@@ -255,6 +250,10 @@ class DrafterProcess:
         draft = self._drafts.get(index)
         return draft is not None and draft.done
 
+    def encoded(self, index: int) -> bool:
+        """Whether the drafter is past its encoder for window `index` (drafting it, or done)."""
+        return index in self._encoded or self.done(index)
+
     def release(self, index: int) -> None:
         """The target is done with window `index` and all before it: forget their drafts.
 
@@ -267,28 +266,19 @@ class DrafterProcess:
             del self._encoded[i]
 
     @contextmanager
-    def lend_cores(self, wait_s: float = LEND_WAIT_S) -> Iterator[bool]:
-        """Pauses the drafter for the duration of the block, so the target can use its cores.
+    def lend_cores(self) -> Iterator[bool]:
+        """Stops the drafter (SIGSTOP) for the duration of the block, so the target can use its
+        cores, and continues it after (SIGCONT).
 
-        The drafter stops at its next token (or before its next window's encoder) and sleeps
-        until the block ends. A drafter that cannot stop by itself (a CTranslate2 drafter
-        inside a window's decoding says BUSY) is stopped with SIGSTOP and continued after.
-        Yields whether its cores are free: True once it has stopped (or is idle, or gone);
-        False if it is still computing after `wait_s`, and then the target should not count
-        on them.
+        Yields whether its cores are free: True once it is stopped or gone; False where
+        processes cannot be stopped (no SIGSTOP), and then the target should not count on them.
         """
-        self._pause.value = 1
-        frozen = False
+        stopped = self._signal(_STOP)
         try:
-            deadline = time.perf_counter() + wait_s
-            while self._working.value == WORKING and time.perf_counter() < deadline:
-                time.sleep(0.001)
-            frozen = self._working.value == BUSY and self._signal(_STOP)
-            yield frozen or self._working.value == IDLE or not self.alive
+            yield stopped or not self.alive
         finally:
-            if frozen:
+            if stopped:
                 self._signal(_CONTINUE)
-            self._pause.value = 0
 
     def _signal(self, signum: int | None) -> bool:
         """Sends `signum` to a live child; False where it cannot be sent (no such signal)."""

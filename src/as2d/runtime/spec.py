@@ -10,10 +10,6 @@ CT2_PREFIX = "ct2:"  # DrafterSpec.name "ct2:<bundled name or CT2 dir>" runs CTr
 FAULTS = ("random", "empty", "sleep", "crash")  # DrafterSpec.fault values (tests only)
 CRASH_EXIT_CODE = 70  # exit status of a drafter with fault="crash"
 SLEEP_FAULT_S = 3600.0  # a drafter with fault="sleep" sleeps this long before each token
-# A drafter process's state, shared with the parent for `DrafterProcess.lend_cores`:
-IDLE = 0  # waiting for a window, or paused: its cores are free
-WORKING = 1  # computing, and will pause at its next token when asked
-BUSY = 2  # computing, and cannot pause before the window is done (no token stream)
 N_SAMPLES = int(MAX_WINDOW_S * SAMPLE_RATE)  # 480_000 samples: a window's slot, 1.9 MB float32
 
 

@@ -7,9 +7,11 @@ it skips or abandons windows the target is already done with.
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing as mp
 import os
 import random
+import signal
 import string
 import time
 from collections.abc import Iterator
@@ -22,18 +24,10 @@ import numpy as np
 
 from as2d.models.tokenizer import WhisperTokenizer
 from as2d.runtime.frames import Outbox
-from as2d.runtime.spec import (
-    BUSY,
-    CRASH_EXIT_CODE,
-    IDLE,
-    N_SAMPLES,
-    SLEEP_FAULT_S,
-    WORKING,
-    DrafterSpec,
-)
+from as2d.runtime.spec import CRASH_EXIT_CODE, N_SAMPLES, SLEEP_FAULT_S, DrafterSpec
 
 _IDLE_CHECK_S = 0.5  # an idle child checks this often that its parent is still alive
-_PAUSE_POLL_S = 0.002  # a paused child checks this often whether it may go on
+_PR_SET_PDEATHSIG = 1  # prctl option (Linux): a signal the kernel sends when the parent dies
 
 
 @dataclass(frozen=True)
@@ -44,8 +38,6 @@ class ChildLink:
     results: Connection  # writes framed messages (module docstring)
     released: Any  # RawValue("q"): the last window the target is done with
     audio: Any  # RawArray("f", slots * N_SAMPLES): window audio, one slot per window in flight
-    pause: Any  # RawValue("b"): set by the parent while it borrows the drafter's cores
-    working: Any  # RawValue("b"): the child's state, IDLE, WORKING or BUSY (spec.py)
 
     def slots(self) -> np.ndarray:
         """The audio slots as an array view: [slots, N_SAMPLES] float32."""
@@ -61,11 +53,6 @@ class _ChildDrafter(Protocol):
 
     def texts(self, encoded: Any) -> Iterator[tuple[int, str]]:
         """Greedy decoding; yields (tokens so far, their text) as the text grows."""
-        ...
-
-    @property
-    def streams(self) -> bool:
-        """Whether `texts` yields token by token (and so can pause between tokens)."""
         ...
 
 
@@ -93,7 +80,6 @@ class _TorchDrafter:
         # A drafter need not be exact: bfloat16 encoder, int8 decoder (see WhisperTarget).
         self.model = WhisperTarget(model, self.tokenizer, approximate=True)
         self.spec = spec
-        self.streams = True
 
     def encode(self, audio: np.ndarray) -> Any:
         return self.model.encode(audio)
@@ -132,7 +118,6 @@ class _CT2Drafter:
         self.tokenizer = WhisperTokenizer.from_model_dir(Path(directory))
         self.storage = ctranslate2.StorageView
         self.spec = spec
-        self.streams = False
 
     def encode(self, audio: np.ndarray) -> Any:
         padded = np.pad(audio[:N_SAMPLES], (0, max(0, N_SAMPLES - len(audio))))
@@ -189,13 +174,14 @@ def _common_prefix(a: str, b: str) -> int:
     return next((i for i in range(n) if a[i] != b[i]), n)
 
 
-def _hold(link: ChildLink) -> None:
-    """Waits, off the cores, while the parent borrows them (see `DrafterProcess.lend_cores`)."""
-    if link.pause.value:
-        link.working.value = IDLE
-        while link.pause.value:
-            time.sleep(_PAUSE_POLL_S)
-    link.working.value = WORKING
+def _die_with_parent() -> None:
+    """Asks Linux to kill this process when its parent dies, even while it is stopped
+    (`DrafterProcess.lend_cores`); elsewhere the idle check in `_next_window` must do."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # not Linux
+        pass
 
 
 def _draft_window(
@@ -206,23 +192,17 @@ def _draft_window(
     index: int,
     audio: np.ndarray,
 ) -> None:
-    """Drafts one window, publishing its text as it grows; abandons it once the target is done.
-
-    Before the encoder and between tokens it gives its cores up while the parent asks for them.
-    """
+    """Drafts one window, publishing its text as it grows; abandons it once the target is done."""
     start = time.perf_counter()
     out.send("start", index, start)
-    _hold(link)
     encoded = drafter.encode(audio)
     out.send("encoded", index, time.perf_counter())
     sent, tokens, finished = "", 0, True
-    link.working.value = WORKING if drafter.streams else BUSY
     for count, text in _with_fault(spec.fault, drafter.texts(encoded), index):
         if link.released.value >= index:
             finished = False
             break
         sent, tokens = _publish(out, index, sent, text), count
-        _hold(link)
     out.send("done", index, start, time.perf_counter(), tokens, finished)
 
 
@@ -241,6 +221,7 @@ def _next_window(link: ChildLink) -> tuple[int, np.ndarray] | None:
 
 def child_main(spec: DrafterSpec, link: ChildLink) -> None:
     """Entry point of the drafter process: load the model, then draft windows in order."""
+    _die_with_parent()
     out = Outbox(link.results.fileno())
     try:
         ct2 = spec.ct2_model
@@ -250,7 +231,6 @@ def child_main(spec: DrafterSpec, link: ChildLink) -> None:
             index, audio = item
             if index > link.released.value:
                 _draft_window(spec, drafter, out, link, index, audio)
-                link.working.value = IDLE
     except BrokenPipeError:  # the parent is gone: nobody to tell
         return
     except Exception as err:
