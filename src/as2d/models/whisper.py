@@ -88,9 +88,8 @@ def _linear(weight: torch.Tensor, bias: torch.Tensor | None, arithmetic: Arithme
     if arithmetic == "int8":
         scales = (weight.abs().amax(1) / 127).clamp_min(1e-12).double()  # [out]
         zeros = torch.zeros(weight.shape[0], dtype=torch.long)
-        with (
-            warnings.catch_warnings()
-        ):  # deprecated in torch > 2.13 (pinned): not the user's concern
+        # quantize_per_channel warns that it is deprecated after torch 2.13 (pinned here).
+        with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
             q = torch.quantize_per_channel(weight, scales, zeros, 0, torch.qint8)
         return _Int8Linear(torch.ops.quantized.linear_prepack(q, bias))
