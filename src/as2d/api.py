@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from as2d.audio.windows import iter_windows
-from as2d.engine.as2d import SpeculativeDecoder
+from as2d.engine.as2d import CoreLoan, SpeculativeDecoder
 from as2d.engine.calibrate import cached_cost
 from as2d.engine.decode import decode_target_only
 from as2d.engine.policy import AutoBudget, BudgetPolicy, CostModel, FixedBudget
@@ -254,11 +254,14 @@ class Transcriber:
         """Decode one window; returns its result and the language (detected if None)."""
         t0 = time.perf_counter()
         spec, o = self.speculative, self.options
-        lend: AbstractContextManager[bool] = nullcontext(False)
+        loan: AbstractContextManager[CoreLoan | None] = nullcontext(None)
         if isinstance(spec, SpeculativeDecoder) and o.lend_cores and o.device == "cpu":
-            lend = spec.lend_cores(window)
-        with lend as lent, _threads(self.threads + self.drafter_threads * lent):
-            encoded = self.target.encode(window.audio)
+            loan = spec.lend_cores(window, self.threads, self.drafter_threads)
+        with loan as lender:
+            if lender is None:
+                encoded = self.target.encode(window.audio)
+            else:
+                encoded = self.target.encode(window.audio, lender.take)
             language = self.target.language(encoded, language)
             if spec is not None:
                 spec.prepare(window)  # sd: the drafter's encoder forward
@@ -291,17 +294,6 @@ def _synced_clock(device: torch.device) -> float:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return time.perf_counter()
-
-
-@contextmanager
-def _threads(n: int) -> Iterator[None]:
-    """Runs a block with n torch threads, then goes back to the previous count."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def compare(audio: AudioInput, options: Options, methods: Sequence[str]) -> list[Transcription]:

@@ -57,3 +57,16 @@ def test_greedy_equals_recomputed_greedy(tiny_random_whisper, english_tokenizer)
     assert tokens == expected[: len(tokens)]
     if len(prompt) + len(tokens) < target.max_length:
         assert expected[len(tokens)] == english_tokenizer.eot
+
+
+def test_encode_calls_between_before_each_layer_and_keeps_its_output(
+    tiny_random_whisper, english_tokenizer
+):
+    target = WhisperTarget(tiny_random_whisper, english_tokenizer)
+    audio = _audio(3)
+    calls: list[int] = []
+    hooked = target.encode(audio, between=lambda: calls.append(torch.get_num_threads()))
+    layers = len(tiny_random_whisper.model.encoder.layers)
+    assert len(calls) == 1 + layers  # before the encoder, then before each layer
+    assert torch.equal(hooked.hidden, target.encode(audio).hidden)  # hooks removed, same bits
+    assert len(calls) == 1 + layers

@@ -12,8 +12,10 @@ import numpy as np
 import pytest
 import soundfile as sf
 import soxr
+import torch
 
 from as2d.drafting.draft_tokens import DraftTokens
+from as2d.engine.as2d import CoreLoan
 from as2d.models.bundled import ModelNotFoundError, ct2_dir
 from as2d.models.tokenizer import WhisperTokenizer
 from as2d.runtime.drafter import CRASH_EXIT_CODE, DrafterProcess, DrafterSpec
@@ -93,25 +95,61 @@ def test_torch_drafter_streams_text_token_by_token(clip: np.ndarray) -> None:
 
 
 @pytest.mark.slow
-def test_lent_cores_stop_the_drafter_mid_window(clip: np.ndarray) -> None:
+def test_stop_holds_the_drafter_mid_window_until_resume(clip: np.ndarray) -> None:
     with DrafterProcess(DrafterSpec("whisper-tiny.en", threads=1)) as drafter:
         drafter.wait_ready(120)
-        with drafter.lend_cores() as free:
-            assert free, "an idle drafter lends its cores at once"
+        assert drafter.stop(), "an idle drafter is stopped at once"
+        drafter.resume()
         assert not drafter.encoded(0)
         drafter.submit(window(0, clip))
         wait_for(drafter, lambda: len(drafter.text(0)) > 5)
         assert drafter.encoded(0)
-        with drafter.lend_cores() as free:  # a token takes 5-100 ms here
-            assert free, "a drafter is stopped wherever it is"
-            time.sleep(0.2)  # a message written just before the stop
-            drafter.poll()
-            paused_at = drafter.text(0)
-            time.sleep(0.5)  # several tokens' time
-            drafter.poll()
-            assert drafter.text(0) == paused_at and not drafter.done(0) and not drafter.lost
+        assert drafter.stop(), "a drafter is stopped wherever it is"
+        time.sleep(0.2)  # a message written just before the stop
+        drafter.poll()
+        stopped_at = drafter.text(0)
+        time.sleep(0.5)  # several tokens' time (5-100 ms each here)
+        drafter.poll()
+        assert drafter.text(0) == stopped_at and not drafter.done(0) and not drafter.lost
+        drafter.resume()
         wait_for(drafter, lambda: drafter.done(0))
         assert close_to_reference(drafter.text(0)), drafter.text(0)
+
+
+def test_core_loan_without_a_drafter_takes_the_cores_and_gives_them_back() -> None:
+    before = torch.get_num_threads()
+    loan = CoreLoan(None, 0, threads=1, extra=1)
+    loan.take()
+    assert loan.taken and torch.get_num_threads() == 2
+    loan.close()
+    assert torch.get_num_threads() == 1
+    torch.set_num_threads(before)
+
+
+@pytest.mark.slow
+def test_core_loan_waits_until_the_drafter_has_encoded_the_window(clip: np.ndarray) -> None:
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)  # the target's own share, as a Transcriber sets it
+    with DrafterProcess(DrafterSpec("whisper-tiny.en", threads=1)) as drafter:
+        drafter.wait_ready(120)
+        drafter.submit(window(0, clip))
+        loan = CoreLoan(drafter, 0, threads=1, extra=1)
+        loan.take()  # at once: the drafter is still in its encoder
+        assert not loan.taken and torch.get_num_threads() == 1
+        wait_for(drafter, lambda: drafter.encoded(0))
+        loan.take()
+        assert loan.taken and torch.get_num_threads() == 2
+        time.sleep(0.2)  # a message written just before the stop
+        drafter.poll()
+        stopped_at = drafter.text(0)
+        time.sleep(0.5)
+        drafter.poll()
+        assert drafter.text(0) == stopped_at and not drafter.done(0)
+        loan.close()
+        assert torch.get_num_threads() == 1
+        wait_for(drafter, lambda: drafter.done(0))
+        assert close_to_reference(drafter.text(0)), drafter.text(0)
+    torch.set_num_threads(before)
 
 
 @pytest.mark.slow
@@ -133,12 +171,12 @@ def test_lent_cores_stop_a_ct2_drafter_inside_a_window(clip: np.ndarray, ct2_rea
         drafter.wait_ready(120)
         drafter.submit(window(0, long))
         time.sleep(0.8)  # into its encoder, or generate
-        with drafter.lend_cores() as free:
-            assert free, "a CTranslate2 drafter inside a window is stopped (SIGSTOP)"
-            time.sleep(3.0)  # longer than the window's whole decoding on one core
-            drafter.poll()
-            assert not drafter.done(0) and not drafter.lost
-        wait_for(drafter, lambda: drafter.done(0))  # continued after the block
+        assert drafter.stop(), "a CTranslate2 drafter inside a window is stopped (SIGSTOP)"
+        time.sleep(3.0)  # longer than the window's whole decoding on one core
+        drafter.poll()
+        assert not drafter.done(0) and not drafter.lost
+        drafter.resume()
+        wait_for(drafter, lambda: drafter.done(0))
         assert not drafter.lost, drafter.reason
         assert words(REFERENCE)[:5] == words(drafter.text(0))[:5], drafter.text(0)
 

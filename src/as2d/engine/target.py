@@ -7,7 +7,7 @@ the adapter from the model's config, so nothing else knows a family by name.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
@@ -28,8 +28,12 @@ class Target(Protocol[Encoded]):
     max_length: int  # decoder positions, prompt included
     length: int  # positions held in the KV cache
 
-    def encode(self, audio: np.ndarray) -> Encoded:
-        """Audio features and encoder forward for one window ([samples] float32, 16 kHz)."""
+    def encode(self, audio: np.ndarray, between: Callable[[], None] | None = None) -> Encoded:
+        """Audio features and encoder forward for one window ([samples] float32, 16 kHz).
+
+        `between` is called before the encoder and between pieces of its work (Whisper: its
+        layers), where the caller may change the thread count (`CoreLoan`).
+        """
         ...
 
     def prefill(self, encoded: Encoded, prompt: Sequence[int]) -> torch.Tensor:

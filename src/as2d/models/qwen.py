@@ -17,7 +17,7 @@ are the ones `generate` uses; tests check that greedy output equals `generate`'s
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -121,8 +121,13 @@ class ChatAudioTarget:
         return cls(model, HFTokenizer(hf_tokenizer))
 
     @torch.inference_mode()
-    def encode(self, audio: np.ndarray) -> EncodedWindow:
-        """Log-mel features of a ≤ 30 s window, padded to 30 s, as the Qwen processors do."""
+    def encode(self, audio: np.ndarray, between: Callable[[], None] | None = None) -> EncodedWindow:
+        """Log-mel features of a ≤ 30 s window, padded to 30 s, as the Qwen processors do.
+
+        The audio tower runs in `prefill`, so `between` is only called once, now.
+        """
+        if between is not None:
+            between()
         out = self.features(
             audio[:N_SAMPLES],
             sampling_rate=SAMPLE_RATE,

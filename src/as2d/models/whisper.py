@@ -10,7 +10,7 @@ moves a length pointer. Greedy output is the same as `model.generate` (tests gua
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Protocol
 
@@ -234,13 +234,22 @@ class WhisperTarget:
         return self.detect_language(encoded)
 
     @torch.inference_mode()
-    def encode(self, audio: np.ndarray) -> EncodedAudio:
-        """Log-mel features of a ≤ 30 s window (padded to 30 s) and the encoder forward."""
+    def encode(self, audio: np.ndarray, between: Callable[[], None] | None = None) -> EncodedAudio:
+        """Log-mel features of a ≤ 30 s window (padded to 30 s) and the encoder forward.
+
+        `between`: called before the encoder and before each of its layers.
+        """
         feats = self.features(
             audio[:N_SAMPLES], sampling_rate=SAMPLE_RATE, return_tensors="pt"
         ).input_features  # [1, n_mels, 3000]
         feats = feats.to(self.device, self.encoder_dtype)
-        hidden = self.model.model.encoder(feats).last_hidden_state[0]  # [1500, d]
+        encoder = self.model.model.encoder
+        hooks = [] if between is None else _call_before_layers(encoder.layers, between)
+        try:
+            hidden = encoder(feats).last_hidden_state[0]  # [1500, d]
+        finally:
+            for hook in hooks:
+                hook.remove()
         return EncodedAudio(hidden.to(self.dtype))
 
     @torch.inference_mode()
@@ -331,6 +340,12 @@ def fast_bfloat16() -> bool:
     return bool(
         torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
     )
+
+
+def _call_before_layers(layers: Iterable[torch.nn.Module], call: Callable[[], None]) -> list[Any]:
+    """Calls `call` now and before every forward of each layer; returns the hooks' handles."""
+    call()
+    return [layer.register_forward_pre_hook(lambda *_: call()) for layer in layers]
 
 
 def _arithmetic(model: WhisperForConditionalGeneration, approximate: bool) -> Arithmetic:

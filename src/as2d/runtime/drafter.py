@@ -14,7 +14,7 @@ IPC, chosen so that no parent-side call can block (no threads, no locks, no big 
     parent ── `released`: shared int, the last window the target is done with ──────────────► child
     parent ── SIGSTOP / SIGCONT while the target borrows the drafter's cores ────────────────► child
 
-The target borrows the drafter's cores for its encoder (`lend_cores`): the encoder is most
+The target borrows the drafter's cores for its encoder (`stop`, `resume`): the encoder is most
 of a window's target time and runs nearly twice as fast on two cores. The drafter is
 stopped where it is, inside a token or its own encoder, and continued after; a pipe write
 stopped halfway is finished then (the parent reassembles frames). The child asks the
@@ -129,6 +129,7 @@ class DrafterProcess:
         self._encoded: dict[int, float] = {}  # window -> time its encoding ended
         self._last_heard = 0.0
         self._closed = False
+        self._stopped = False  # by `stop`, until `resume`
         self._slots = spec.lookahead + 1  # windows in flight, each with a 30 s audio slot
         self._audio: Any = None  # set by start(): the shared RawArray
         self._slot_audio = np.empty((0, N_SAMPLES), np.float32)  # [slots, N_SAMPLES] view of it
@@ -265,20 +266,20 @@ class DrafterProcess:
         for i in [i for i in self._encoded if i <= index]:
             del self._encoded[i]
 
-    @contextmanager
-    def lend_cores(self) -> Iterator[bool]:
-        """Stops the drafter (SIGSTOP) for the duration of the block, so the target can use its
-        cores, and continues it after (SIGCONT).
+    def stop(self) -> bool:
+        """Stops the drafter (SIGSTOP) wherever it is, so the target can use its cores.
 
-        Yields whether its cores are free: True once it is stopped or gone; False where
+        Returns whether its cores are free: True once it is stopped or gone; False where
         processes cannot be stopped (no SIGSTOP), and then the target should not count on them.
         """
-        stopped = self._signal(_STOP)
-        try:
-            yield stopped or not self.alive
-        finally:
-            if stopped:
-                self._signal(_CONTINUE)
+        self._stopped = self._signal(_STOP)
+        return self._stopped or not self.alive
+
+    def resume(self) -> None:
+        """Continues a drafter that `stop` stopped (SIGCONT)."""
+        if self._stopped:
+            self._signal(_CONTINUE)
+            self._stopped = False
 
     def _signal(self, signum: int | None) -> bool:
         """Sends `signum` to a live child; False where it cannot be sent (no such signal)."""
@@ -295,6 +296,7 @@ class DrafterProcess:
         if self._process is None or self._closed:
             return
         self._closed = True
+        self.resume()
         self._windows.close()  # an idle child exits on its own at EOF
         if self._process.is_alive():
             self._process.terminate()

@@ -176,7 +176,7 @@ def _common_prefix(a: str, b: str) -> int:
 
 def _die_with_parent() -> None:
     """Asks Linux to kill this process when its parent dies, even while it is stopped
-    (`DrafterProcess.lend_cores`); elsewhere the idle check in `_next_window` must do."""
+    (`DrafterProcess.stop`); elsewhere the idle check in `_next_window` must do."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
