@@ -39,13 +39,15 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_outputs_on_two_clips_with_a_tiny_random_target(
-    dataset, tmp_path, tiny_random_whisper, english_tokenizer
+    dataset, tmp_path, capsys, tiny_random_whisper, english_tokenizer
 ):
     """Mechanics in seconds: target-only and pld (k=4) share one tiny random-weight target."""
     target = WhisperTarget(tiny_random_whisper, english_tokenizer)
     configs = [Config("target", threads=1), Config("pld", budget=4, threads=1)]
-    settings = BenchSettings(Options(target="tiny-random", language="en"), 2, progress=False)
+    settings = BenchSettings(Options(target="tiny-random", language="en"), 2)
     bench = run_bench(configs, load_dataset(str(dataset), tmp_path)[:2], settings, target)
+    counted = [line for line in capsys.readouterr().err.splitlines() if line.startswith("[")]
+    assert [line.split()[0] for line in counted] == [f"[{i}/8]" for i in range(1, 9)]
     assert [(r.recording.name, r.repeat) for r in bench.runs[:4]] == [
         ("dir-instr", 0),
         ("dir-instr", 0),

@@ -19,7 +19,11 @@ REC = Recording(Path("a.flac"), "one two", "en")
 
 
 def run(
-    config: Config, seconds: list[float], tokens: list[list[int]], threads: int = 1
+    config: Config,
+    seconds: list[float],
+    tokens: list[list[int]],
+    threads: int = 1,
+    repeat: int = 0,
 ) -> RecordingRun:
     """One recording decoded by `config`: window i took seconds[i] (all of it decoding)."""
     windows = [
@@ -27,7 +31,7 @@ def run(
         for i, (s, t) in enumerate(zip(seconds, tokens, strict=True))
     ]
     stats = RunStats(sum(seconds), 2.0, sum(map(len, tokens)), 0.0, 0.0)
-    return RecordingRun(config, REC, 0, 0, threads, windows, stats, 0.0)
+    return RecordingRun(config, REC, repeat, 0, threads, windows, stats, 0.0)
 
 
 def bench() -> BenchRun:
@@ -70,3 +74,27 @@ def test_summary_keys_and_oracle():
     assert content["oracle"]["pooled_tokens_per_s"] == pytest.approx(8 / 2.0)
     assert content["oracle"]["speedup"] == pytest.approx(2.0)
     assert content["as2d_auto_frac_of_oracle"] == pytest.approx((8 / 2.5) / 4.0)
+    assert "held_out_tokens_per_s" not in content["oracle"]  # one repeat: nothing held out
+
+
+def test_held_out_oracle_in_the_summary_with_repeats():
+    same = [[1, 2, 3, 4], [5, 6, 7, 8]]
+    b = BenchRun([T1, AUTO, K4], [REC], audio_s=2.0)
+    b.runs = [
+        run(T1, [2.0, 2.0], same),
+        run(AUTO, [1.0, 1.0], same),
+        run(K4, [0.5, 2.0], same),
+        run(T1, [2.0, 2.0], same, repeat=1),
+        run(AUTO, [1.0, 1.0], same, repeat=1),
+        run(K4, [1.5, 2.0], same, repeat=1),  # k=4 was lucky on window 0 of repeat 0
+    ]
+    m = measured(b)
+    content = summary(b, m, summarise(b, m), RunInfo("whisper-base", "set", "as2d bench", 2))
+    oracle = content["oracle"]
+    # hindsight on medians: k=4 on window 0 (median 1.0, a tie with auto: first wins), auto on 1
+    assert oracle["pooled_tokens_per_s"] == pytest.approx(8 / 2.0)
+    # held out: window 0 charged 1.0 (auto) with repeat 0 held out (picked on repeat 1:
+    # auto 1.0 < k=4 1.5) and 1.5 (k=4) with repeat 1 held out (picked on repeat 0, 0.5);
+    # window 1: auto both times (1.0)
+    assert oracle["held_out_tokens_per_s"] == pytest.approx(8 / 2.25)
+    assert oracle["as2d_auto_frac_of_held_out"] == pytest.approx((8 / 2.0) / (8 / 2.25))

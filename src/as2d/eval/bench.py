@@ -103,13 +103,13 @@ def run_bench(
         total = len(recordings) * settings.repeats * len(configs)
         bar = tqdm(total=total, desc="decoding", unit="run", disable=not settings.progress or None)
         with bar:
-            for run in _measure(loaded, bench, settings):
+            for done, run in enumerate(_measure(loaded, bench, settings), 1):
                 bar.set_postfix_str(f"{run.recording.name}: {run.config.name}", refresh=False)
                 bar.update()
                 if settings.progress and not sys.stderr.isatty():  # a log file: a line per run
                     tokens, wall = run.stats.tokens, run.stats.wall_s
                     print(
-                        f"[{bar.n}/{total}] {run.recording.name}: {run.config.name}: "
+                        f"[{done}/{total}] {run.recording.name}: {run.config.name}: "
                         f"{tokens} tokens in {wall:.1f} s",
                         file=sys.stderr,
                         flush=True,
