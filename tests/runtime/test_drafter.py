@@ -153,6 +153,28 @@ def test_core_loan_waits_until_the_drafter_has_encoded_the_window(clip: np.ndarr
 
 
 @pytest.mark.slow
+def test_core_loan_waits_until_a_ct2_drafter_has_finished_the_window(
+    clip: np.ndarray, ct2_ready: None
+) -> None:
+    """Its text comes whole at the end: stopped mid-window, it would hold all of it back."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    with DrafterProcess(DrafterSpec(CT2_TINY, threads=1)) as drafter:
+        drafter.wait_ready(120)
+        drafter.submit(window(0, np.tile(clip, 5)))  # about 25 s: over a second to generate
+        wait_for(drafter, lambda: drafter.encoded(0))
+        loan = CoreLoan(drafter, 0, threads=1, extra=1)
+        loan.take()  # past its encoder, inside generate
+        assert not loan.taken and not drafter.done(0) and torch.get_num_threads() == 1
+        wait_for(drafter, lambda: drafter.done(0))
+        loan.take()
+        assert loan.taken and torch.get_num_threads() == 2
+        loan.close()
+        assert torch.get_num_threads() == 1
+    torch.set_num_threads(before)
+
+
+@pytest.mark.slow
 def test_ct2_drafter_publishes_the_window_text(clip: np.ndarray, ct2_ready: None) -> None:
     with DrafterProcess(DrafterSpec(CT2_TINY, threads=1)) as drafter:
         drafter.submit(window(0, clip))

@@ -135,9 +135,10 @@ class CoreLoan:
 
     The encoder is most of a window's target time and takes about half as long on two cores
     as on one. `take` is called before the encoder and between its layers (`Target.encode`):
-    once the drafter is past its own encoder for the window (drafting it, or ahead), it is
-    stopped where it is and the target runs the rest of its encoder on the drafter's cores
-    too; `close` continues the drafter. Stopped earlier, the drafter would have nothing for
+    once the drafter can spare its cores (`DrafterProcess.spare`: past its own encoder for the
+    window, or for a whole-window drafter done with it), it is stopped where it is and the
+    target runs the rest of its encoder on the drafter's cores too; `close` continues the
+    drafter. Stopped earlier, the drafter would have nothing for
     the target's first steps (asterisk + piper long-form, 2 recordings: lending always 1.41x
     end to end; only when the drafter had encoded the window by the encoder's start 1.49x).
 
@@ -164,7 +165,7 @@ class CoreLoan:
             return
         if d is not None:
             d.poll()
-            if d.alive and not (d.encoded(self.index) and d.stop()):
+            if d.alive and not (d.spare(self.index) and d.stop()):
                 return
         torch.set_num_threads(self.threads + self.extra)
         self.taken = True

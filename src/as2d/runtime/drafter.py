@@ -255,6 +255,13 @@ class DrafterProcess:
         """Whether the drafter is past its encoder for window `index` (drafting it, or done)."""
         return index in self._encoded or self.done(index)
 
+    def spare(self, index: int) -> bool:
+        """Whether stopping the drafter now would hold back no text the target needs soon for
+        window `index`: a PyTorch drafter publishes token by token, so once past its encoder
+        for the window; a CTranslate2 one publishes the whole window at its end, so once done.
+        """
+        return self.done(index) if self.spec.ct2_model else self.encoded(index)
+
     def release(self, index: int) -> None:
         """The target is done with window `index` and all before it: forget their drafts.
 
