@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.ticker import NullFormatter, ScalarFormatter
 
 from as2d.eval.catalog import Config
 from as2d.eval.timeline import Timeline, plot_timeline
@@ -18,12 +19,19 @@ if TYPE_CHECKING:
 
 
 def plot_speedups(rows: Sequence[ConfigSummary], baseline: str, path: Path) -> None:
-    """Bars: pooled speed-up of each configuration over `baseline` (1 marked)."""
+    """Bars: pooled speed-up of each configuration over `baseline` (1 marked), a colour per
+    method."""
     fig = Figure(figsize=(max(6.0, 0.6 * len(rows) + 2), 4.5), layout="constrained")
     ax = fig.add_subplot()
     names = [r.name for r in rows]
-    colors = ["#bdbdbd" if r.method == "target" else "#2171b5" for r in rows]
-    ax.bar(range(len(rows)), [r.speedup for r in rows], color=colors)
+    methods = list(dict.fromkeys(r.method for r in rows if r.method != "target"))
+    palette = ["#2171b5", "#e6550d", "#31a354", "#756bb1"]  # as2d first: blue
+    colors = [
+        "#bdbdbd" if r.method == "target" else palette[methods.index(r.method) % len(palette)]
+        for r in rows
+    ]
+    bars = ax.bar(range(len(rows)), [r.speedup for r in rows], color=colors)
+    ax.bar_label(bars, fmt="%.2f", fontsize=7)
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_xticks(range(len(rows)), names, rotation=40, ha="right", fontsize=8)
     ax.set_ylabel(f"pooled speed-up over {baseline}")
@@ -31,10 +39,12 @@ def plot_speedups(rows: Sequence[ConfigSummary], baseline: str, path: Path) -> N
 
 
 def plot_cdf(configs: Sequence[Config], m: Measured, path: Path) -> None:
-    """Per-window speed-up (baseline time / configuration time) as a CDF per configuration."""
-    fig = Figure(figsize=(7, 4.5), layout="constrained")
+    """Per-window speed-up (baseline time / configuration time) as a CDF per configuration:
+    a colour per method and drafter, solid for `auto` and dashed for fixed budgets."""
+    fig = Figure(figsize=(9, 4.5), layout="constrained")
     ax = fig.add_subplot()
     base = m.times[m.baseline.name]
+    groups = list(dict.fromkeys((c.method, c.drafter) for c in configs))
     for config in configs:
         if config == m.baseline:
             continue
@@ -42,13 +52,28 @@ def plot_cdf(configs: Sequence[Config], m: Measured, path: Path) -> None:
         ratios = np.sort([base[key] / mine[key] for key in mine if mine[key] > 0])
         if len(ratios):  # from (first ratio, 0): the share of windows at or below each ratio
             shares = np.arange(len(ratios) + 1) / len(ratios)
-            ax.step(np.r_[ratios[0], ratios], shares, where="post", label=config.name)
+            k = config.budget
+            ax.step(
+                np.r_[ratios[0], ratios],
+                shares,
+                where="post",
+                label=config.name,
+                color=f"C{groups.index((config.method, config.drafter)) % 10}",  # tab10
+                linestyle="-" if k is None else _DASHES[k.bit_length() % len(_DASHES)],
+                linewidth=2.0 if k is None else 1.0,
+            )
     ax.axvline(1.0, color="black", linestyle="--", linewidth=0.8, label=f"{m.baseline.name} = 1")
     ax.set_xscale("log")
+    ax.xaxis.set_major_formatter(ScalarFormatter())
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xticks([0.5, 0.7, 1.0, 1.5, 2.0, 3.0])
     ax.set_xlabel("per-window speed-up over target-only (log)")
     ax.set_ylabel("share of windows")
-    ax.legend(fontsize=7)
+    fig.legend(loc="outside right upper", fontsize=7)
     _save(fig, path)
+
+
+_DASHES = [(0, (4, 1.5)), (0, (1, 1)), (0, (4, 1.5, 1, 1.5)), (0, (8, 2))]  # fixed budgets
 
 
 def save_timeline(timeline: Timeline, path: Path) -> None:
