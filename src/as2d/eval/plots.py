@@ -25,9 +25,8 @@ def plot_speedups(rows: Sequence[ConfigSummary], baseline: str, path: Path) -> N
     ax = fig.add_subplot()
     names = [r.name for r in rows]
     methods = list(dict.fromkeys(r.method for r in rows if r.method != "target"))
-    palette = ["#2171b5", "#e6550d", "#31a354", "#756bb1"]  # as2d first: blue
     colors = [
-        "#bdbdbd" if r.method == "target" else palette[methods.index(r.method) % len(palette)]
+        "#bdbdbd" if r.method == "target" else f"C{methods.index(r.method) % 10}"  # tab10
         for r in rows
     ]
     bars = ax.bar(range(len(rows)), [r.speedup for r in rows], color=colors)

@@ -15,6 +15,7 @@ import json
 import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from as2d.eval.bench import BenchRun, RecordingRun, tokens_hash
@@ -61,30 +62,40 @@ class RunInfo:
 
 @dataclass
 class Measured:
-    """Per-window figures of every configuration, medians over repeats."""
+    """Per-window figures of every configuration."""
 
     tokens: dict[WindowKey, int]  # the baseline's output tokens per window
-    times: dict[str, dict[WindowKey, float]]  # config name -> window -> seconds
-    baseline: Config
     samples: dict[str, dict[WindowKey, list[float]]]  # config name -> window -> per repeat
+    baseline: Config
+
+    @cached_property
+    def times(self) -> dict[str, dict[WindowKey, float]]:
+        """Config name -> window -> seconds, the median over repeats."""
+        return _medians(self.samples)
 
 
 def measured(bench: BenchRun) -> Measured:
-    """Median per-window times of each configuration; the baseline by pooled throughput."""
+    """Per-window times of each configuration; the baseline by pooled throughput."""
     samples: dict[str, dict[WindowKey, list[float]]] = {}
     for config in bench.configs:
         mine = samples[config.name] = {}
         for run in sorted(_runs_of(bench, config), key=lambda run: run.repeat):
             for w in run.windows:
                 mine.setdefault((run.recording.name, w.index), []).append(w.encode_s + w.decode_s)
-    times = {
-        name: {key: statistics.median(s) for key, s in mine.items()}
-        for name, mine in samples.items()
-    }
+    times = _medians(samples)
     targets = [c for c in bench.configs if c.method == TARGET_ONLY] or bench.configs[:1]
     tokens = _tokens(bench, targets[0])
     baseline = max(targets, key=lambda c: pooled_tokens_per_s(tokens, times[c.name]))
-    return Measured(_tokens(bench, baseline), times, baseline, samples)
+    return Measured(_tokens(bench, baseline), samples, baseline)
+
+
+def _medians(
+    samples: dict[str, dict[WindowKey, list[float]]],
+) -> dict[str, dict[WindowKey, float]]:
+    return {
+        name: {key: statistics.median(s) for key, s in mine.items()}
+        for name, mine in samples.items()
+    }
 
 
 def summarise(bench: BenchRun, m: Measured) -> list[ConfigSummary]:
