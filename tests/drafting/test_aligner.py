@@ -12,10 +12,12 @@ from as2d.drafting.aligner import (
     AlignStats,
     DrafterStreamSource,
     StreamAligner,
+    WordKeys,
     find_anchor,
     simulate,
 )
 from as2d.drafting.sources import Candidate, CandidateSource
+from as2d.models.tokenizer import WhisperTokenizer
 
 
 def _ids(text: str, vocab: dict[str, int]) -> list[int]:
@@ -53,6 +55,29 @@ def test_substitution_costs_one_plain_step() -> None:
     assert stats.output == tuple(target)
     assert stats.plain_steps == 1  # after the correction 6, nothing anchors; then 7 does
     assert stats.forward_passes < len(target) / 2
+
+
+def test_a_word_in_another_case_re_anchors_under_a_word_key() -> None:
+    vocab: dict[str, int] = {}
+    target = _ids(". Hold time . Press star for help or pound to exit", vocab)
+    drafter = _ids(". hold time . press star for help or pound to exit", vocab)
+    words = {i: w for w, i in vocab.items()}
+    exact = simulate(target, drafter, k=4)
+    keyed = simulate(target, drafter, k=4, key=lambda t: words[t].lower())
+    assert exact.output == keyed.output == tuple(target)
+    assert exact.plain_steps == 2  # after each correction ("Hold", "Press") nothing anchors
+    assert keyed.plain_steps == 0  # "Hold" anchors on "hold": "time ." is proposed next
+    assert keyed.forward_passes < exact.forward_passes
+
+
+def test_word_keys_ignore_case_and_spaces_but_not_punctuation(
+    english_tokenizer: WhisperTokenizer,
+) -> None:
+    keys = WordKeys(english_tokenizer)
+    (hold,), (lower,), (bare,) = (english_tokenizer.encode(t) for t in (" Hold", " hold", "hold"))
+    assert keys(hold) == keys(lower) == keys(bare) == "hold"
+    assert keys(english_tokenizer.encode(",")[0]) != keys(english_tokenizer.encode(".")[0])
+    assert keys(english_tokenizer.eot) == english_tokenizer.eot  # no text: its own key
 
 
 def test_insertion_by_target_re_anchors() -> None:

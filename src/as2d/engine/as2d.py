@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from as2d.drafting.aligner import DrafterStreamSource
+from as2d.drafting.aligner import DrafterStreamSource, StreamAligner, WordKeys
 from as2d.drafting.draft_tokens import DraftTokens
 from as2d.drafting.sources import CandidateSource, HistoryLookup, PromptLookup
 from as2d.engine.policy import BudgetPolicy
@@ -48,6 +48,7 @@ class SpeculativeDecoder:
     ) -> None:
         self.target = target
         self.tokenizer = tokenizer  # the target's: drafter text is re-encoded with it
+        self.word_keys = WordKeys(tokenizer)  # anchors match words whatever their case
         self.leading_space = leading_space  # whether the target's text starts with a space
         self.policy = policy
         self.drafter = drafter
@@ -94,7 +95,8 @@ class SpeculativeDecoder:
         if self.drafter is not None:
             index = self.base + window.index
             stream = DraftTokens(self.drafter, index, self.tokenizer, self.leading_space)
-            sources.insert(0, DrafterStreamSource(stream.tokens))
+            aligner = StreamAligner(key=self.word_keys)
+            sources.insert(0, DrafterStreamSource(stream.tokens, aligner=aligner))
         tokens, counts = speculative_decode(
             self.target, encoded, prompt, sources, self.policy, self.max_k, rule
         )
