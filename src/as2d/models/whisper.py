@@ -86,7 +86,8 @@ class _EncoderLinear(torch.nn.Module):
     """An encoder's `nn.Linear` on oneDNN, its weight reordered for a window's 1500 frames:
     MKL's sgemm is slower at these shapes (whisper-base's encoder on one core, 28 s of
     speech: 1.42 -> 1.21 s; on two, 0.72 -> 0.61 s). Same float32 arithmetic, summed in
-    another order: the hidden states move by about 1e-6 of their range."""
+    another order: the encoder's output moves by at most 8e-4 there, and greedy output is
+    unchanged (tests: equal to transformers' `generate`)."""
 
     def __init__(self, linear: torch.nn.Linear) -> None:
         super().__init__()
