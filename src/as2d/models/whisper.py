@@ -9,10 +9,9 @@ moves a length pointer. Greedy output is the same as `model.generate` (tests gua
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal, Protocol
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -22,6 +21,14 @@ from transformers.models.whisper.modeling_whisper import WhisperAttention, Whisp
 
 from as2d.engine.target import Request
 from as2d.models.bundled import load_whisper
+from as2d.models.linear import (
+    Affine,
+    Arithmetic,
+    choose_arithmetic,
+    decoder_linear,
+    encoder_on_onednn,
+    fast_bfloat16,
+)
 from as2d.models.tokenizer import WhisperTokenizer
 from as2d.types import MAX_WINDOW_S, SAMPLE_RATE
 
@@ -31,100 +38,7 @@ N_SAMPLES = int(
 )  # 480_000 samples = 3000 mel frames = 1500 encoder frames
 
 
-VERIFY_ROWS = 17  # rows of a verify pass at the default budget (1 + k, k = 16)
 ENCODER_FRAMES = N_SAMPLES // 320  # 1500 rows through the encoder's linear layers
-
-# How a decoder's linear layers compute (see `_linear`):
-Arithmetic = Literal[
-    "float32",  # MKL for every row count (a GPU, or a CPU without oneDNN)
-    "float32+rows",  # MKL for one row, oneDNN for several (targets on a CPU)
-    "int8",  # int8 weights per output channel, dynamic int8 activations (drafters on a CPU)
-]
-
-
-class _Affine(Protocol):
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        """[n, in] -> [n, out]"""
-        ...
-
-
-@dataclass(frozen=True)
-class _Linear:
-    """A float32 linear layer, `x @ weight_t + bias`, with a second weight layout for several rows.
-
-    One row (a plain step) runs MKL's gemv on `[in, out]`: faster than F.linear here. Several
-    rows (a verify pass, a prompt) run oneDNN on a copy of the weight reordered for about
-    `VERIFY_ROWS` rows: MKL's small-M sgemm is slow on this path (whisper-base's 512 x 51,865
-    output layer at 17 rows: 27 ms with MKL, 11 ms with oneDNN on one core). Both are float32.
-    """
-
-    weight_t: torch.Tensor  # [in, out], contiguous
-    bias: torch.Tensor | None  # [out]
-    packed: torch.Tensor | None = None  # oneDNN's layout of [out, in]; None: MKL for all rows
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if self.packed is not None and x.shape[0] > 1:
-            return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
-        if self.bias is None:
-            return x @ self.weight_t
-        return torch.addmm(self.bias, x, self.weight_t)
-
-
-@dataclass(frozen=True)
-class _Int8Linear:
-    """A linear layer with int8 weights (one scale per output row) and activations quantized
-    on the fly (fbgemm/x86): tiny.en's 384 x 51,865 output layer 3.0 -> 0.9 ms a step. Drafters
-    only: the scores move by about 1 % of their range, and drafts need not be exact."""
-
-    params: Any  # torch.ops.quantized.linear_prepack(...)
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.ops.quantized.linear_dynamic(x, self.params, True)
-
-
-class _EncoderLinear(torch.nn.Module):
-    """An encoder's `nn.Linear` on oneDNN, its weight reordered for a window's 1500 frames:
-    MKL's sgemm is slower at these shapes (whisper-base's encoder on one core, 28 s of
-    speech: 1.42 -> 1.21 s; on two, 0.72 -> 0.61 s). Same float32 arithmetic, summed in
-    another order: the encoder's output moves by at most 8e-4 there, and greedy output is
-    unchanged (tests: equal to transformers' `generate`)."""
-
-    def __init__(self, linear: torch.nn.Linear) -> None:
-        super().__init__()
-        weight = linear.weight.detach()
-        self.packed = torch.ops.mkldnn._reorder_linear_weight(weight, ENCODER_FRAMES)
-        self.bias = None if linear.bias is None else linear.bias.detach()
-        self.out_features = linear.out_features
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.reshape(-1, x.shape[-1])
-        y = torch.ops.mkldnn._linear_pointwise(rows, self.packed, self.bias, "none", [], "")
-        return y.view(*x.shape[:-1], self.out_features)
-
-
-def _encoder_on_onednn(layers: torch.nn.Module) -> None:
-    """Swaps the linear layers under `layers` (an encoder's) for `_EncoderLinear`s, in place."""
-    for module in list(layers.modules()):
-        for name, child in list(module.named_children()):
-            if type(child) is torch.nn.Linear:
-                setattr(module, name, _EncoderLinear(child))
-
-
-def _linear(weight: torch.Tensor, bias: torch.Tensor | None, arithmetic: Arithmetic) -> _Affine:
-    """A decoder linear layer; `weight`: [out, in] as torch stores it."""
-    weight = weight.detach()
-    bias = None if bias is None else bias.detach()
-    if arithmetic == "int8":
-        scales = (weight.abs().amax(1) / 127).clamp_min(1e-12).double()  # [out]
-        zeros = torch.zeros(weight.shape[0], dtype=torch.long)
-        # quantize_per_channel warns that it is deprecated after torch 2.13 (pinned here).
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)
-            q = torch.quantize_per_channel(weight, scales, zeros, 0, torch.qint8)
-        return _Int8Linear(torch.ops.quantized.linear_prepack(q, bias))
-    rows = arithmetic == "float32+rows"
-    packed = torch.ops.mkldnn._reorder_linear_weight(weight, VERIFY_ROWS) if rows else None
-    return _Linear(weight.t().contiguous(), bias, packed)
 
 
 @dataclass(frozen=True)
@@ -143,15 +57,15 @@ class _LayerNorm:
 
 @dataclass(frozen=True)
 class _Attention:
-    q: _Affine
-    k: _Affine
-    v: _Affine
-    out: _Affine
+    q: Affine
+    k: Affine
+    v: Affine
+    out: Affine
 
     @classmethod
     def of(cls, attn: WhisperAttention, arithmetic: Arithmetic) -> _Attention:
         layers = (attn.q_proj, attn.k_proj, attn.v_proj, attn.out_proj)
-        return cls(*(_linear(x.weight, x.bias, arithmetic) for x in layers))
+        return cls(*(decoder_linear(x.weight, x.bias, arithmetic) for x in layers))
 
 
 @dataclass(frozen=True)
@@ -161,8 +75,8 @@ class _DecoderLayer:
     cross_norm: _LayerNorm
     cross_attn: _Attention
     mlp_norm: _LayerNorm
-    fc1: _Affine
-    fc2: _Affine
+    fc1: Affine
+    fc2: Affine
 
     @classmethod
     def of(cls, layer: WhisperDecoderLayer, arithmetic: Arithmetic) -> _DecoderLayer:
@@ -172,8 +86,8 @@ class _DecoderLayer:
             _LayerNorm.of(layer.encoder_attn_layer_norm),
             _Attention.of(layer.encoder_attn, arithmetic),
             _LayerNorm.of(layer.final_layer_norm),
-            _linear(layer.fc1.weight, layer.fc1.bias, arithmetic),
-            _linear(layer.fc2.weight, layer.fc2.bias, arithmetic),
+            decoder_linear(layer.fc1.weight, layer.fc1.bias, arithmetic),
+            decoder_linear(layer.fc2.weight, layer.fc2.bias, arithmetic),
         )
 
 
@@ -206,8 +120,8 @@ class WhisperTarget:
         drafts need not be exact, a target's output must be): on a CPU, the encoder in
         bfloat16 where the CPU has it natively (tiny.en's encoder 0.50 -> 0.21 s a window) and
         the decoder's linear layers in int8 (a step 8 -> 5 ms). A target keeps float32: its
-        encoder's linear layers run on oneDNN (`_EncoderLinear`, swapped into `model`), and
-        oneDNN copies of the decoder's weights serve verify passes (`_Linear`)."""
+        encoder's linear layers run on oneDNN (`EncoderLinear`, swapped into `model`), and
+        oneDNN copies of the decoder's weights serve verify passes (`DecoderLinear`)."""
         config = model.config
         self.model = model.eval()
         self.device = model.device
@@ -221,10 +135,10 @@ class WhisperTarget:
         self.embed_tokens = decoder.embed_tokens.weight.detach()  # [V, d]
         self.embed_positions = decoder.embed_positions.weight.detach()  # [448, d]
         self.dtype = model.proj_out.weight.dtype
-        arithmetic = _arithmetic(model, approximate)
+        arithmetic = choose_arithmetic(model.proj_out.weight, approximate)
         self.layers = [_DecoderLayer.of(layer, arithmetic) for layer in decoder.layers]
         self.final_norm = _LayerNorm.of(decoder.layer_norm)
-        self.proj = _linear(model.proj_out.weight, None, arithmetic)  # [n, d] -> [n, V]
+        self.proj = decoder_linear(model.proj_out.weight, None, arithmetic)  # [n, d] -> [n, V]
         self.suppress, self.begin_suppress = _suppression(model, model.proj_out.weight.shape[0])
         shape = (len(self.layers), self.n_heads, self.max_length, self.head_dim)
         self.self_k = torch.zeros(shape, dtype=self.dtype, device=self.device)  # [L,H,T,Dh]
@@ -237,7 +151,7 @@ class WhisperTarget:
             self.encoder_dtype = torch.bfloat16  # a drafter's only
             model.model.encoder.to(self.encoder_dtype)
         if arithmetic == "float32+rows":
-            _encoder_on_onednn(model.model.encoder.layers)
+            encoder_on_onednn(model.model.encoder.layers, ENCODER_FRAMES)
 
     @classmethod
     def load(
@@ -367,27 +281,10 @@ class WhisperTarget:
         return scores
 
 
-def fast_bfloat16() -> bool:
-    """Whether this CPU computes bfloat16 natively (AVX-512 BF16 or AMX), through oneDNN."""
-    return bool(
-        torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
-    )
-
-
 def _call_before_layers(layers: Iterable[torch.nn.Module], call: Callable[[], None]) -> list[Any]:
     """Calls `call` now and before every forward of each layer; returns the hooks' handles."""
     call()
     return [layer.register_forward_pre_hook(lambda *_: call()) for layer in layers]
-
-
-def _arithmetic(model: WhisperForConditionalGeneration, approximate: bool) -> Arithmetic:
-    """The fastest arithmetic for the decoder's linear layers that this model and machine allow."""
-    on_cpu = model.device.type == "cpu" and model.proj_out.weight.dtype == torch.float32
-    if on_cpu and approximate and "x86" in torch.backends.quantized.supported_engines:
-        return "int8"
-    if on_cpu and torch.backends.mkldnn.is_available():
-        return "float32+rows"
-    return "float32"
 
 
 def _causal_mask(n: int, start: int, device: torch.device) -> torch.Tensor | None:
