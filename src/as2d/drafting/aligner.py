@@ -240,18 +240,18 @@ class DrafterStreamSource:
         read: returns the drafter's tokens for the current window so far, in the
             target's vocabulary, without blocking (e.g. a `DraftStream.tokens` method).
         name: source name for stats and the policy.
-        aligner: the aligner to use; a default `StreamAligner` if None.
+        key: what the aligner's anchors compare (`StreamAligner`).
     """
 
     def __init__(
         self,
         read: Callable[[], Sequence[int]],
         name: str = "drafter",
-        aligner: StreamAligner | None = None,
+        key: TokenKey = _same,
     ) -> None:
         self.name = name
         self._read = read
-        self._aligner = aligner if aligner is not None else StreamAligner()
+        self._aligner = StreamAligner(key=key)
 
     def propose(self, verified: Sequence[int], max_tokens: int) -> Candidate | None:
         """The drafter tokens after the cursor, or None if not anchored / not ready."""

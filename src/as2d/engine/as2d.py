@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from as2d.drafting.aligner import DrafterStreamSource, StreamAligner, WordKeys
+from as2d.drafting.aligner import DrafterStreamSource, WordKeys
 from as2d.drafting.draft_tokens import DraftTokens
 from as2d.drafting.sources import CandidateSource, HistoryLookup, PromptLookup
 from as2d.engine.policy import BudgetPolicy
@@ -95,8 +95,7 @@ class SpeculativeDecoder:
         if self.drafter is not None:
             index = self.base + window.index
             stream = DraftTokens(self.drafter, index, self.tokenizer, self.leading_space)
-            aligner = StreamAligner(key=self.word_keys)
-            sources.insert(0, DrafterStreamSource(stream.tokens, aligner=aligner))
+            sources.insert(0, DrafterStreamSource(stream.tokens, key=self.word_keys))
         tokens, counts = speculative_decode(
             self.target, encoded, prompt, sources, self.policy, self.max_k, rule
         )
