@@ -98,3 +98,19 @@ def test_held_out_oracle_in_the_summary_with_repeats():
     # window 1: auto both times (1.0)
     assert oracle["held_out_tokens_per_s"] == pytest.approx(8 / 2.25)
     assert oracle["as2d_auto_frac_of_held_out"] == pytest.approx((8 / 2.0) / (8 / 2.25))
+    assert oracle["as2d_auto_frac_of_own_best"] == 1.0  # auto took the same time in both
+
+
+def test_the_oracles_luck_is_auto_against_the_best_of_its_own_repeats():
+    same = [[1, 2, 3, 4], [5, 6, 7, 8]]
+    b = BenchRun([T1, AUTO], [REC], audio_s=2.0)
+    b.runs = [
+        run(T1, [2.0, 2.0], same),
+        run(AUTO, [1.0, 1.0], same),
+        run(T1, [2.0, 2.0], same, repeat=1),
+        run(AUTO, [2.0, 1.0], same, repeat=1),  # a slow repeat on window 0
+    ]
+    m = measured(b)
+    content = summary(b, m, summarise(b, m), RunInfo("whisper-base", "set", "as2d bench", 2))
+    # mean times 1.5 + 1.0 -> 8 / 2.5 tokens/s; best of the repeats 1.0 + 1.0 -> 8 / 2.0
+    assert content["oracle"]["as2d_auto_frac_of_own_best"] == pytest.approx((8 / 2.5) / (8 / 2.0))
