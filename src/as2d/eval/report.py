@@ -331,7 +331,7 @@ def _held_out(m: Measured, candidates: list[str], auto: str) -> dict[str, float]
     mean times over the repeats; and auto's share of the best of its own repeats per window.
 
     The last is the hindsight oracle's luck alone: the oracle over one configuration
-    measured again and again, which only the machine's noise can put above 100 %.
+    measured again and again; only the machine's noise puts auto's share of it under 100 %.
     """
     rate = held_out_oracle(m.tokens, m.samples, candidates)
     own = m.samples[auto]
