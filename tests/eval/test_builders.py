@@ -1,13 +1,13 @@
-"""Building recordings: long-form joins of real clips, espeak-ng speech, the manifest."""
+"""Building recordings: long-form joins of real clips, Piper and espeak-ng speech, the manifest."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
 import soundfile as sf
 
+from as2d.api import Transcriber
 from as2d.eval.builders import (
     Clip,
     clean_transcript,
@@ -17,6 +17,7 @@ from as2d.eval.builders import (
     write_manifest,
 )
 from as2d.eval.datasets import DatasetError, load_manifest
+from as2d.eval.metrics import wer
 
 ASTERISK = Path(__file__).parents[1] / "data" / "asterisk" / "en"
 
@@ -50,15 +51,21 @@ def test_manifest_round_trip(tmp_path: Path):
     assert load_manifest(write_manifest(tmp_path / "set", recordings)) == recordings
 
 
-@pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng not installed")
-def test_espeak_reads_passages_from_a_text_file(tmp_path: Path):
+@pytest.mark.parametrize("engine", ["piper", "espeak"])
+def test_speech_is_read_from_a_text_file(tmp_path: Path, engine: str):
     text = tmp_path / "story.txt"
     text.write_text("Good morning to you.\n\nThe train left\nthe city at noon.\n")
     passages = read_passages(text)
     assert passages == ["Good morning to you.", "The train left the city at noon."]
-    recording = synthesise(passages, tmp_path / "story.flac", "espeak")
+    recording = synthesise(passages, tmp_path / "story.flac", engine)
     assert recording.text == "Good morning to you. The train left the city at noon."
-    assert 2.0 < sf.info(recording.audio).duration < 15.0
+    audio, rate = sf.read(recording.audio)
+    assert 2.0 < len(audio) / rate < 15.0
+    with Transcriber(target="whisper-tiny.en", method="target") as transcriber:
+        heard = transcriber.transcribe(str(recording.audio)).text
+    assert wer([recording.text], [heard]) <= 0.2, heard  # words, not noise
+    slow = synthesise(passages, tmp_path / "slow.flac", engine, speed=0.8)
+    assert sf.info(slow.audio).duration > len(audio) / rate + 0.3
 
 
 def test_builder_errors_are_one_line(tmp_path: Path):

