@@ -20,72 +20,78 @@ import itertools
 import json
 import statistics
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from as2d.eval.catalog import TARGET_ONLY
 from as2d.eval.oracle import WindowKey, hindsight_oracle, pooled_tokens_per_s
+from as2d.eval.report import ORACLE_METHOD
 
-Samples = dict[str, dict[WindowKey, dict[int, float]]]  # config -> window -> repeat -> s
+
+@dataclass
+class Results:
+    """A results.jsonl: every configuration's seconds per window and repeat, and its kind."""
+
+    samples: dict[str, dict[WindowKey, dict[int, float]]] = field(default_factory=dict)
+    tokens: dict[WindowKey, int] = field(default_factory=dict)
+    targets: list[str] = field(default_factory=list)  # target-only, at each thread count
+    candidates: list[str] = field(default_factory=list)  # the oracle's as2d configurations
+    autos: list[str] = field(default_factory=list)  # as2d with the auto budget
+    repeats: list[int] = field(default_factory=list)
+
+    def medians(self, config: str, repeats: Iterable[int] | None = None) -> dict[WindowKey, float]:
+        """Window -> the median of `config`'s seconds over `repeats` (default: all of them)."""
+        chosen = list(self.repeats if repeats is None else repeats)
+        return {k: statistics.median(s[r] for r in chosen) for k, s in self.samples[config].items()}
 
 
-def read(path: Path) -> tuple[Samples, dict[WindowKey, int], dict[str, str]]:
-    """Per-window seconds of every configuration and repeat, tokens per window, methods."""
-    samples: Samples = {}
-    tokens: dict[WindowKey, int] = {}
-    methods: dict[str, str] = {}
+def read(path: Path) -> Results:
+    """The rows of a results.jsonl, gathered per configuration, window and repeat."""
+    results = Results()
     for line in path.read_text().splitlines():
         row = json.loads(line)
-        key = (row["recording"], row["window"])
-        samples.setdefault(row["config"], {}).setdefault(key, {})[row["repeat"]] = row["wall_s"]
-        tokens[key] = row["tokens"]
-        methods[row["config"]] = row["method"]
-    return samples, tokens, methods
+        key, config = (row["recording"], row["window"]), row["config"]
+        if config not in results.samples:  # its first row: file it by kind
+            if row["method"] == TARGET_ONLY:
+                results.targets.append(config)
+            elif row["method"] == ORACLE_METHOD:
+                results.candidates.append(config)
+                if row["budget"] == "auto":
+                    results.autos.append(config)
+        results.samples.setdefault(config, {}).setdefault(key, {})[row["repeat"]] = row["wall_s"]
+        results.tokens[key] = row["tokens"]
+    results.repeats = sorted({r for s in results.samples.values() for w in s.values() for r in w})
+    return results
 
 
-def medians(
-    samples: Samples, config: str, repeats: Iterable[int] | None = None
-) -> dict[WindowKey, float]:
-    """Window -> the median of `config`'s seconds over `repeats` (default: all of them)."""
-    chosen = None if repeats is None else list(repeats)
-    return {
-        key: statistics.median(s.values() if chosen is None else [s[r] for r in chosen])
-        for key, s in samples[config].items()
-    }
-
-
-def curve(
-    samples: Samples, tokens: dict[WindowKey, int], methods: dict[str, str]
-) -> list[tuple[int, float, float, float]]:
+def curve(results: Results) -> list[tuple[int, float, float, float]]:
     """(R, target-only, auto, oracle) tokens/s, each the mean over every subset of R repeats."""
-    repeats = sorted({r for s in samples.values() for w in s.values() for r in w})
-    targets = [c for c, m in methods.items() if m == "target"]
-    as2d = [c for c, m in methods.items() if m == "as2d"]
-    autos = [c for c in as2d if c.endswith("k=auto")]
-    rows = []
-    for size in range(1, len(repeats) + 1):
+    tokens, rows = results.tokens, []
+    for size in range(1, len(results.repeats) + 1):
         figures = []
-        for subset in itertools.combinations(repeats, size):
-            times = {c: medians(samples, c, subset) for c in samples}
-            rate = {c: pooled_tokens_per_s(tokens, times[c]) for c in samples}
-            base = max(targets, key=rate.__getitem__)
-            oracle = hindsight_oracle(tokens, times, [base, *as2d]).pooled_tokens_per_s
-            figures.append((rate[base], max(rate[c] for c in autos), oracle))
+        for subset in itertools.combinations(results.repeats, size):
+            times = {c: results.medians(c, subset) for c in results.samples}
+            rate = {c: pooled_tokens_per_s(tokens, times[c]) for c in results.samples}
+            base = max(results.targets, key=rate.__getitem__)
+            candidates = [base, *results.candidates]
+            oracle = hindsight_oracle(tokens, times, candidates).pooled_tokens_per_s
+            figures.append((rate[base], max(rate[c] for c in results.autos), oracle))
         rows.append((size, *(statistics.mean(f) for f in zip(*figures, strict=True))))
     return rows
 
 
-def self_control(samples: Samples, tokens: dict[WindowKey, int], auto: str) -> list[float]:
+def self_control(results: Results, auto: str) -> list[float]:
     """Per R up to half the repeats: auto (median of 2R) against the oracle over two copies
     of itself, each the median of R disjoint repeats (the mean over every such pair)."""
-    repeats = sorted({r for w in samples[auto].values() for r in w})
-    shares = []
+    repeats, shares = results.repeats, []
     for size in range(1, len(repeats) // 2 + 1):
         fractions = []
         for a in itertools.combinations(repeats, size):
             for b in itertools.combinations([r for r in repeats if r not in a], size):
-                copies = {"a": medians(samples, auto, a), "b": medians(samples, auto, b)}
-                oracle = hindsight_oracle(tokens, copies, ["a", "b"]).pooled_tokens_per_s
-                both = pooled_tokens_per_s(tokens, medians(samples, auto, a + b))
-                fractions.append(both / oracle)
+                copies = {"a": results.medians(auto, a), "b": results.medians(auto, b)}
+                oracle = hindsight_oracle(results.tokens, copies, ["a", "b"])
+                both = pooled_tokens_per_s(results.tokens, results.medians(auto, a + b))
+                fractions.append(both / oracle.pooled_tokens_per_s)
         shares.append(statistics.mean(fractions))
     return shares
 
@@ -105,15 +111,14 @@ def main() -> None:
     parser.add_argument("results", type=Path, help="results.jsonl of `as2d bench --repeats N`")
     path = parser.parse_args().results
     try:
-        samples, tokens, methods = read(path)
+        results = read(path)
     except (OSError, ValueError, KeyError) as err:
         raise SystemExit(f"{path}: not a readable results.jsonl ({err})") from None
-    autos = [c for c, m in methods.items() if m == "as2d" and c.endswith("k=auto")]
-    if not autos or not any(m == "target" for m in methods.values()):
+    if not results.autos or not results.targets:
         raise SystemExit(f"{path}: needs target-only and an as2d k=auto configuration")
-    print(table(curve(samples, tokens, methods)))
-    auto = max(autos, key=lambda c: pooled_tokens_per_s(tokens, medians(samples, c)))
-    for size, share in enumerate(self_control(samples, tokens, auto), 1):
+    print(table(curve(results)))
+    auto = max(results.autos, key=lambda c: pooled_tokens_per_s(results.tokens, results.medians(c)))
+    for size, share in enumerate(self_control(results, auto), 1):
         print(f"control, {auto} against two copies of itself of {size} repeat(s) each: {share:.1%}")
 
 

@@ -8,13 +8,13 @@ import sys
 from pathlib import Path
 
 SCRIPT = Path(__file__).parents[2] / "scripts" / "oracle_by_repeats.py"
-# config -> method, per-window seconds in repeats 0 and 1; every window has 10 tokens.
+# config -> method, budget, per-window seconds in repeats 0 and 1; every window has 10 tokens.
 # auto is lucky on one window in each repeat: per repeat the oracle takes auto's lucky 1 s
 # and k=8's 2 s (20 tokens / 3 s), auto alone 20 / 4 s; on medians of both, all tie at 2 s.
 TIMES = {
-    "target 2t": ("target", [[4.0, 4.0], [4.0, 4.0]]),
-    "as2d tiny k=auto": ("as2d", [[1.0, 3.0], [3.0, 1.0]]),
-    "as2d tiny k=8": ("as2d", [[2.0, 2.0], [2.0, 2.0]]),
+    "target 2t": ("target", "-", [[4.0, 4.0], [4.0, 4.0]]),
+    "as2d tiny k=auto": ("as2d", "auto", [[1.0, 3.0], [3.0, 1.0]]),
+    "as2d tiny k=8": ("as2d", "8", [[2.0, 2.0], [2.0, 2.0]]),
 }
 
 
@@ -28,9 +28,9 @@ def test_the_oracles_lead_shrinks_with_repeats_and_the_control_is_auto_against_i
     tmp_path: Path,
 ):
     rows = [
-        {"config": config, "method": method, "recording": "r", "window": window,
+        {"config": config, "method": method, "budget": budget, "recording": "r", "window": window,
          "repeat": repeat, "tokens": 10, "wall_s": seconds[repeat][window]}
-        for config, (method, seconds) in TIMES.items()
+        for config, (method, budget, seconds) in TIMES.items()
         for repeat in (0, 1)
         for window in (0, 1)
     ]  # fmt: skip
