@@ -41,6 +41,7 @@ from as2d.models.whisper import EncodedAudio, WhisperTarget
 from as2d.options import Options, check, rule, thread_split
 from as2d.runtime.drafter import DrafterProcess, DrafterSpec
 from as2d.types import SAMPLE_RATE, RunStats, Window, WindowResult
+from as2d.verify import rounding_bound
 
 DRAFTER_LOAD_S = 120.0  # the most a Transcriber waits for its drafter's model to load
 AudioInput = str | Path | np.ndarray
@@ -115,7 +116,7 @@ class Transcriber:
         self.tokenizer = self.target.tokenizer
         request = self.options.request if self.options.task == "ask" else None
         self.request_tokens = self.tokenizer.encode(request) if request else []
-        self.rule = rule(self.options)
+        self.rule = rule(self.options, rounding_bound(self.target.dtype))
         encoded = self.warm_up()
         self.speculative: SpeculativeDecoder | CoupledDecoder | None = None
         if self.options.method == "sd":

@@ -68,13 +68,14 @@ def thread_split(options: Options) -> tuple[int, int]:
     return options.threads or max(1, _cores() - drafter), drafter
 
 
-def rule(options: Options) -> Rule:
-    """Greedy, or temperature sampling with its own seeded generator."""
+def rule(options: Options, bound: float = 0.0) -> Rule:
+    """Greedy, or temperature sampling with its own seeded generator; `bound`: the guard's
+    (`verify.rounding_bound` of the target's dtype)."""
     if options.temperature == 0:
-        return Greedy()
+        return Greedy(bound)
     generator = torch.Generator()
     generator.manual_seed(options.seed if options.seed is not None else torch.seed())
-    return Sampling(options.temperature, generator)
+    return Sampling(options.temperature, generator, bound)
 
 
 def check(options: Options) -> None:

@@ -42,6 +42,8 @@ class WindowResult:
     plain_steps: int = 0  # target forwards of one token without a candidate
     accepted_tokens: int = 0  # candidate tokens the target agreed with
     drafted_tokens: int = 0  # candidate tokens sent to verification
+    guarded: int = 0  # positions recomputed as target-only computes them (unsure decisions)
+    min_margin: float | None = None  # the closest a decision came to flipping; None: unmeasured
     started_at: float = 0.0  # time.perf_counter() when encoding began (timelines)
 
 

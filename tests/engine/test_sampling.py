@@ -103,3 +103,43 @@ def test_speculative_sampling_matches_the_target_distribution(temperature):
     limit = dof + 6 * (2 * dof) ** 0.5  # far in the tail: p < 1e-6 for a correct sampler
     assert chi_square(plain, probs) < limit
     assert chi_square(speculative, probs) < limit
+
+
+class RoundingToyTarget(ToyTarget):
+    """ToyTarget whose passes of several rows, and rows computed while the cache holds what
+    such a pass wrote, are off by up to `noise` logits (kernels that round differently)."""
+
+    def __init__(self, seed: int, noise: float) -> None:
+        super().__init__(seed)
+        generator = torch.Generator().manual_seed(seed + 1)
+        self.noise = (torch.rand(V, generator=generator) * 2 - 1) * noise  # [V]
+        self.by_pass: list[bool] = []
+
+    def forward(self, tokens: Sequence[int]) -> torch.Tensor:
+        del self.by_pass[len(self.history) :]  # positions rolled back
+        dirty = len(tokens) > 1 or any(self.by_pass)
+        self.by_pass += [len(tokens) > 1] * len(tokens)
+        rows = super().forward(tokens)  # [n, V]
+        return rows + self.noise if dirty else rows
+
+
+@pytest.mark.parametrize("bound, holds", [(0.4, True), (0.0, False)])
+def test_the_guard_keeps_the_distribution_when_passes_round_differently(bound, holds):
+    """With the guard, draws near a threshold are made again on exact scores with the same
+    uniforms: the distribution stays the target's. Without it, the chi-square test sees the
+    passes' rounding (the test has the power to catch it)."""
+    target = RoundingToyTarget(seed=3, noise=0.4)
+    probs = exact_distribution(target, 1.0)
+    rule = Sampling(1.0, torch.Generator().manual_seed(11), bound=bound)
+    runs, guarded = 12_000, 0
+    samples: Counter[tuple[int, ...]] = Counter()
+    for _ in range(runs):
+        tokens, counts = speculative_decode(
+            target, None, [EOT], [FixedGuess()], FixedBudget(3), rule=rule
+        )
+        samples[tuple(tokens)] += 1
+        guarded += counts.guarded
+    dof = len(probs) - 1
+    limit = dof + 6 * (2 * dof) ** 0.5
+    assert (chi_square(samples, probs) < limit) == holds
+    assert (guarded > 0) == holds

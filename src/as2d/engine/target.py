@@ -81,6 +81,7 @@ class TargetAdapter(Target[Encoded], Protocol):
 
     tokenizer: TextTokenizer
     device: torch.device  # where the weights and caches live
+    dtype: torch.dtype  # what the decoder computes in (sets the guard's rounding bound)
     follows_requests: bool  # can answer free requests (the ask task)
     leading_space: bool  # output text starts with a space (Whisper: " Hello")
 

@@ -95,6 +95,7 @@ class ChatAudioTarget:
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.device = model.device
+        self.dtype = model.dtype
         self.eot_ids = frozenset(i for t in END_TOKENS if (i := tokenizer.token_id(t)) is not None)
         audio_id = tokenizer.token_id(AUDIO_TOKEN)
         if not self.eot_ids or audio_id is None:
