@@ -8,6 +8,7 @@ file failed. Each failure is one line on stderr; set AS2D_DEBUG=1 for a tracebac
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import sys
@@ -20,8 +21,9 @@ from transformers.utils import logging as transformers_logging
 from as2d.api import Transcriber, compare
 from as2d.audio.load import AudioError, audio_duration
 from as2d.eval.bench import BenchSettings, run_bench
-from as2d.eval.catalog import DRAFTERS, catalog, parse_budget
-from as2d.eval.datasets import DatasetError, load_dataset
+from as2d.eval.catalog import DRAFTERS, Config, catalog, parse_budget
+from as2d.eval.datasets import DatasetError, Recording, load_dataset
+from as2d.eval.exactness import check_exactness, report_dict
 from as2d.eval.external import external_reference
 from as2d.eval.report import RunInfo, table_of, write_outputs
 from as2d.eval.timeline import timeline_path, write_timeline
@@ -57,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--language", default=None)
     commands.add_parser("models", help="list the bundled models and whether they are cached")
     add_bench_parser(commands)
+    add_exactness_parser(commands)
     return parser
 
 
@@ -106,6 +109,24 @@ def add_bench_parser(commands: argparse._SubParsersAction) -> None:
     bench.add_argument("--no-progress", action="store_true")
 
 
+def add_exactness_parser(commands: argparse._SubParsersAction) -> None:
+    check = commands.add_parser(
+        "exactness", help="count token positions where methods differ from target-only"
+    )
+    check.add_argument("dataset", metavar="DATASET", help="manifest.jsonl, folder, asterisk:LANG")
+    check.add_argument("--target", default="whisper-base")
+    check.add_argument("--device", default="cpu", help="the target's device: cpu or cuda[:N]")
+    check.add_argument("--dtype", default=None, choices=DTYPES, help="the target's weights")
+    check.add_argument("--methods", default="target,as2d,pld,sd", help="comma-separated")
+    check.add_argument("--drafters", default="whisper-tiny.en,ct2:whisper-tiny.en")
+    check.add_argument("--budgets", default="auto", help="comma-separated: auto or k")
+    check.add_argument("--language", default=None, help="default: the dataset's, else detect")
+    check.add_argument("--task", default="transcribe", choices=("transcribe", "translate"))
+    check.add_argument("--limit", type=int, default=None, help="only the first N recordings")
+    check.add_argument("--cache", type=Path, default=None, help="asterisk:LANG downloads")
+    check.add_argument("--no-progress", action="store_true")
+
+
 def budget(value: str) -> int | None:
     """`auto` -> None (chosen per step); a number -> a fixed budget k."""
     if value == "auto":
@@ -126,6 +147,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return compare_methods(args)
         if args.command == "bench":
             return bench_dataset(args)
+        if args.command == "exactness":
+            return exactness_dataset(args)
         if args.command == "ask":
             args.files, args.task = [args.file], "ask"
         return transcribe_files(args)
@@ -227,25 +250,10 @@ def compare_methods(args: argparse.Namespace) -> int:
 
 def bench_dataset(args: argparse.Namespace) -> int:
     """`as2d bench`: load the dataset, expand the catalog, measure, write the outputs."""
-    if args.repeats < 1 or (args.limit is not None and args.limit < 1):
-        raise UsageError("--repeats and --limit must be at least 1")
-    try:
-        cache = args.cache or cache_root() / "datasets"
-        recordings = load_dataset(args.dataset, cache)[: args.limit]
-        methods, drafters = _items(args.methods), _items(args.drafters)
-        budgets = [parse_budget(b) for b in _items(args.budgets)]
-    except (DatasetError, ValueError) as err:
-        raise UsageError(str(err)) from err
-    unknown = [m for m in methods if m not in METHODS]
-    if unknown:
-        raise UsageError(f"unknown method {unknown[0]!r}; choose from {', '.join(METHODS)}")
+    if args.repeats < 1:
+        raise UsageError("--repeats must be at least 1")
+    recordings, configs, base = dataset_configs(args)
     prepare_output_dir(args.out, skip_existing=False)
-    languages = {r.language for r in recordings}
-    language = args.language or (languages.pop() if len(languages) == 1 else None)
-    base = Options(
-        target=args.target, language=language, task=args.task, device=args.device, dtype=args.dtype
-    )
-    configs = catalog(methods, drafters, budgets, len(os.sched_getaffinity(0)))
     settings = BenchSettings(base, args.repeats, args.quiet_wait, not args.no_progress)
     command = "as2d " + shlex.join(args.argv)
     info = RunInfo(args.target, args.dataset, command, args.repeats)
@@ -260,6 +268,39 @@ def bench_dataset(args: argparse.Namespace) -> int:
     rows = content["configs"]
     assert isinstance(rows, list)
     return EXIT_OK if all(row["identical"] for row in rows) else EXIT_SOME_FAILED
+
+
+def exactness_dataset(args: argparse.Namespace) -> int:
+    """`as2d exactness`: every configuration against target-only, one JSON object on stdout."""
+    recordings, configs, base = dataset_configs(args)
+    try:
+        report = check_exactness(configs, recordings, base, progress=not args.no_progress)
+    except (AudioError, ValueError) as err:
+        raise UsageError(str(err)) from err
+    print(json.dumps(report_dict(report)))
+    return EXIT_SOME_FAILED if report.mismatches else EXIT_OK
+
+
+def dataset_configs(args: argparse.Namespace) -> tuple[list[Recording], list[Config], Options]:
+    """The dataset, the catalog and the base options of `bench` and `exactness`."""
+    if args.limit is not None and args.limit < 1:
+        raise UsageError("--limit must be at least 1")
+    try:
+        cache = args.cache or cache_root() / "datasets"
+        recordings = load_dataset(args.dataset, cache)[: args.limit]
+        methods, drafters = _items(args.methods), _items(args.drafters)
+        budgets = [parse_budget(b) for b in _items(args.budgets)]
+    except (DatasetError, ValueError) as err:
+        raise UsageError(str(err)) from err
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        raise UsageError(f"unknown method {unknown[0]!r}; choose from {', '.join(METHODS)}")
+    languages = {r.language for r in recordings}
+    language = args.language or (languages.pop() if len(languages) == 1 else None)
+    base = Options(
+        target=args.target, language=language, task=args.task, device=args.device, dtype=args.dtype
+    )
+    return recordings, catalog(methods, drafters, budgets, len(os.sched_getaffinity(0))), base
 
 
 def _items(text: str) -> list[str]:

@@ -99,7 +99,8 @@ def test_bench_command_with_the_real_tiny_model(dataset, tmp_path, capsys):
         (["nowhere.jsonl"], "nowhere.jsonl: no such manifest or folder"),
         (["DATASET", "--methods", "target,warp"], "unknown method 'warp'"),
         (["DATASET", "--budgets", "auto,big"], "budget must be auto or a number"),
-        (["DATASET", "--limit", "0"], "--repeats and --limit must be at least 1"),
+        (["DATASET", "--limit", "0"], "--limit must be at least 1"),
+        (["DATASET", "--repeats", "0"], "--repeats must be at least 1"),
         (["asterisk:xx"], "asterisk:xx: choose from en, fr, es"),
     ],
 )
