@@ -29,7 +29,7 @@ import torch
 
 from as2d.audio.windows import iter_windows
 from as2d.engine.as2d import CoreLoan, SpeculativeDecoder
-from as2d.engine.calibrate import cached_cost
+from as2d.engine.calibrate import cached_cost, machine_key, synced_clock
 from as2d.engine.decode import decode_target_only
 from as2d.engine.policy import AutoBudget, BudgetPolicy, CostModel, FixedBudget
 from as2d.engine.sd import CoupledDecoder, with_drafting
@@ -118,13 +118,13 @@ class Transcriber:
         self.request_tokens = self.tokenizer.encode(request) if request else []
         self.rule = rule(self.options, rounding_bound(self.target.dtype))
         encoded = self.warm_up()
+        if drafter is not None:  # loaded before costs are measured: it shares the machine
+            drafter.wait_ready(DRAFTER_LOAD_S)  # and loading is not part of a run's timing
         self.speculative: SpeculativeDecoder | CoupledDecoder | None = None
         if self.options.method == "sd":
             self.speculative = self._coupled(encoded, target_threads)
         else:
             self.speculative = self._speculative(drafter, encoded, target_threads)
-        if drafter is not None:
-            drafter.wait_ready(DRAFTER_LOAD_S)  # loading is not part of a run's timing
 
     def __enter__(self) -> Transcriber:
         return self
@@ -179,9 +179,8 @@ class Transcriber:
         if budget is not None:
             return FixedBudget(budget)
         prompt = self._prompt(encoded, "en")
-        cost = cached_cost(
-            self._cost_path(threads), self.target, encoded, prompt, self.options.max_k
-        )
+        path, device = self._cost_path(threads), self.target.device
+        cost = cached_cost(path, self.target, encoded, prompt, self.options.max_k, device)
         return AutoBudget(cost)
 
     def _coupled(self, encoded: EncodedAudio, threads: int) -> CoupledDecoder:
@@ -212,7 +211,8 @@ class Transcriber:
         """sd's round cost: the target's verify pass plus k drafter forwards (measured, cached)."""
         o = self.options
         prompt = self._prompt(encoded, "en")
-        cost = cached_cost(self._cost_path(threads), self.target, encoded, prompt, o.max_k)
+        path, device = self._cost_path(threads), self.target.device
+        cost = cached_cost(path, self.target, encoded, prompt, o.max_k, device)
         tokenizer = drafter.tokenizer
         silence = drafter.encode(np.zeros(SAMPLE_RATE, dtype=np.float32))
         d_prompt = [*tokenizer.sot_sequence(None, "transcribe"), tokenizer.no_timestamps]
@@ -223,7 +223,8 @@ class Transcriber:
         o = self.options
         name = model or f"{o.target}-{o.device}-{o.dtype or 'default'}"
         name = re.sub(r"[^\w.-]+", "_", name)
-        return cache_root() / "cost" / COST_VERSION / f"{name}-{threads}threads.json"
+        machine = machine_key(self.target.device)
+        return cache_root() / "cost" / COST_VERSION / machine / f"{name}-{threads}threads.json"
 
     def _decode_windows(self, audio: AudioInput, run: Transcription) -> Iterator[WindowResult]:
         start = time.perf_counter()
@@ -266,7 +267,7 @@ class Transcriber:
             language = self.target.language(encoded, language)
             if spec is not None:
                 spec.prepare(window)  # sd: the drafter's encoder forward
-        t1 = _synced_clock(self.target.device)
+        t1 = synced_clock(self.target.device)
         prompt = self._prompt(encoded, language)
         if self.speculative is None:
             token_ids = decode_target_only(self.target, encoded, prompt, self.rule)
@@ -275,7 +276,7 @@ class Transcriber:
             token_ids, counts = self.speculative.decode(
                 window, encoded, prompt, self.rule, self.request_tokens
             )
-        t2 = _synced_clock(self.target.device)
+        t2 = synced_clock(self.target.device)
         text = self.tokenizer.decode(token_ids).strip()
         w = window
         result = WindowResult(
@@ -288,13 +289,6 @@ class Transcriber:
         """The target family's prompt for this window, task, language and request."""
         o = self.options
         return self.target.prompt(encoded, Request(o.task, language, o.request))
-
-
-def _synced_clock(device: torch.device) -> float:
-    """time.perf_counter() once the device's queued work is done (GPU kernels run async)."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return time.perf_counter()
 
 
 def compare(audio: AudioInput, options: Options, methods: Sequence[str]) -> list[Transcription]:

@@ -2,20 +2,27 @@
 
 The policy (DESIGN.md, Policy) needs the latency of one target forward over 1 + k tokens for
 k = 0 (a plain step) to K. It depends on the machine, the model and the thread count, so it is
-measured on a real window's encoder output and cached as JSON beside the converted weights.
+measured on a real window's encoder output and cached as JSON beside the converted weights,
+under a key of the processor, the torch version and the device (`machine_key`). On a GPU each
+pass is timed to the end of its queued kernels, not to their launch.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import torch
+
 from as2d.engine.policy import CostModel
 from as2d.engine.target import Encoded, Target
 
+CPU = torch.device("cpu")
 CONTEXT = 64  # cached positions the passes are measured over (a typical mid-window length)
 
 
@@ -25,6 +32,7 @@ def measure_cost(
     prompt: Sequence[int],
     max_k: int = 16,
     repeats: int = 5,
+    device: torch.device = CPU,
 ) -> CostModel:
     """Median latency of a forward over 1 + k tokens, k = 0..max_k, at a typical context.
 
@@ -34,6 +42,7 @@ def measure_cost(
         prompt: a valid decoder prompt.
         max_k: the largest budget measured.
         repeats: measurements per k; the median is kept.
+        device: the target's device (a GPU's passes are timed to their end).
 
     Returns:
         The fitted cost model.
@@ -46,15 +55,48 @@ def measure_cost(
     samples: dict[int, list[float]] = {k: [] for k in range(max_k + 1)}
     for _ in range(repeats):
         for k in range(max_k + 1):  # interleaved, so drifts in machine load hit every k alike
-            start = time.perf_counter()
+            start = synced_clock(device)
             target.forward([prompt[-1]] * (k + 1))
-            samples[k].append(time.perf_counter() - start)
+            samples[k].append(synced_clock(device) - start)
             target.rollback(base)
     return CostModel.fit(samples, max_k)
 
 
+def synced_clock(device: torch.device) -> float:
+    """time.perf_counter() once the device's queued work is done (GPU kernels run async)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
+def machine_key(device: torch.device) -> str:
+    """What a measured cost holds for: the CPU model (or GPU name), torch version, device.
+
+    Example: "intel_r_xeon_r_processor-torch2.13.0_cpu-cpu-2a5fe7a2"
+    """
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_model()
+    text = f"{name}-torch{torch.__version__}-{device.type}"
+    digest = hashlib.sha256(text.encode()).hexdigest()[:8]  # tells apart what the slug merges
+    return f"{re.sub(r'[^a-z0-9.-]+', '_', text.lower())[:80]}-{digest}"
+
+
+def _cpu_model() -> str:
+    """The processor's model name from /proc/cpuinfo ("unknown-cpu" where there is none)."""
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            names = [line.split(":", 1)[1] for line in cpuinfo if line.startswith("model name")]
+    except OSError:
+        names = []
+    return names[0].strip() if names else "unknown-cpu"
+
+
 def cached_cost(
-    path: Path, target: Target[Encoded], encoded: Encoded, prompt: Sequence[int], max_k: int = 16
+    path: Path,
+    target: Target[Encoded],
+    encoded: Encoded,
+    prompt: Sequence[int],
+    max_k: int = 16,
+    device: torch.device = CPU,
 ) -> CostModel:
     """The cost model stored at `path`, measured and stored first if missing or unreadable."""
     try:
@@ -63,7 +105,7 @@ def cached_cost(
             return cost
     except (OSError, ValueError, KeyError, json.JSONDecodeError):
         pass
-    cost = measure_cost(target, encoded, prompt, max_k)
+    cost = measure_cost(target, encoded, prompt, max_k, device=device)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
     cost.save(tmp)
