@@ -39,6 +39,59 @@ PASSAGE_GAP_S = 0.9  # silence between synthesised passages
 INSTALL_BENCH = "pip install 'as2d[bench]' (or make bench-set)"
 
 
+PASSAGES = (  # public domain, or written for as2d; no digits or abbreviations
+    "Four score and seven years ago our fathers brought forth on this continent a new "
+    "nation, conceived in liberty, and dedicated to the proposition that all men are "
+    "created equal. Now we are engaged in a great civil war, testing whether that nation, "
+    "or any nation so conceived and so dedicated, can long endure. We are met on a great "
+    "battlefield of that war. We have come to dedicate a portion of that field, as a final "
+    "resting place for those who here gave their lives that that nation might live. It is "
+    "altogether fitting and proper that we should do this. But, in a larger sense, we can "
+    "not dedicate, we can not consecrate, we can not hallow this ground. The brave men, "
+    "living and dead, who struggled here, have consecrated it, far above our poor power to "
+    "add or detract. The world will little note, nor long remember what we say here, but "
+    "it can never forget what they did here.",
+    "It was the best of times, it was the worst of times, it was the age of wisdom, it was "
+    "the age of foolishness, it was the epoch of belief, it was the epoch of incredulity, "
+    "it was the season of light, it was the season of darkness, it was the spring of hope, "
+    "it was the winter of despair. We had everything before us, we had nothing before us, "
+    "we were all going direct to heaven, we were all going direct the other way. In short, "
+    "the period was so far like the present period, that some of its noisiest authorities "
+    "insisted on its being received, for good or for evil, in the superlative degree of "
+    "comparison only.",
+    "Call me Ishmael. Some years ago, never mind how long precisely, having little or no "
+    "money in my purse, and nothing particular to interest me on shore, I thought I would "
+    "sail about a little and see the watery part of the world. It is a way I have of "
+    "driving off the spleen and regulating the circulation. Whenever I find myself growing "
+    "grim about the mouth, whenever it is a damp, drizzly November in my soul, then I "
+    "account it high time to get to sea as soon as I can. There is nothing surprising in "
+    "this. If they but knew it, almost all men in their degree, some time or other, "
+    "cherish very nearly the same feelings towards the ocean with me.",
+    "It is a truth universally acknowledged, that a single man in possession of a good "
+    "fortune must be in want of a wife. However little known the feelings or views of such "
+    "a man may be on his first entering a neighbourhood, this truth is so well fixed in the "
+    "minds of the surrounding families, that he is considered the rightful property of "
+    "some one or other of their daughters. My dear, said his lady to him one day, have you "
+    "heard that Netherfield Park is let at last? Her husband replied that he had not. But "
+    "it is, returned she, for our neighbour has just been here, and she told me all about "
+    "it. He made no answer.",
+    "To bake a simple loaf of bread, mix flour, water, salt and a little yeast in a large "
+    "bowl until no dry flour remains. Cover the bowl and leave it somewhere warm for a few "
+    "hours, until the dough has doubled in size and smells faintly sour. Turn it out onto a "
+    "floured table, fold it over itself a few times, and shape it into a tight round. Let "
+    "it rise once more while the oven heats as hot as it will go. Bake the loaf until the "
+    "crust is deep brown and the bottom sounds hollow when you knock on it. Then comes the "
+    "hardest part of all, which is waiting for it to cool before you cut the first slice.",
+    "The morning train left the city in a thin grey rain. For the first hour the windows "
+    "showed nothing but warehouses, car parks and the backs of houses, each with its own "
+    "small garden and washing line. Then the tracks turned towards the river, and the "
+    "country opened out into wide flat fields where cattle stood with their backs to the "
+    "wind. A conductor walked slowly through the carriages, checking tickets and answering "
+    "questions about connections. By the time the rain stopped, most of the passengers had "
+    "fallen asleep, and the only sound was the steady rhythm of the wheels on the rails.",
+)
+
+
 @dataclass(frozen=True)
 class Clip:
     """One short recording and what it says."""
