@@ -2,18 +2,31 @@
 
 Whisper's lean decoder (`whisper.py`) and its encoder pick per layer: a target stays float32
 (MKL for one row, oneDNN for several and for the encoder's 1500 frames), a drafter may use
-int8 (`Arithmetic`). The oneDNN ops are private to torch, one reason torch is pinned.
+int8 (`Arithmetic`). The oneDNN ops are private to torch, one reason torch is pinned; each
+path is probed once a process (`onednn_works`, `int8_works`), and where its ops are missing or
+disagree with `F.linear`, torch's public float32 path serves instead, with one warning.
 """
 
 from __future__ import annotations
 
+import functools
 import warnings
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 import torch
+import torch.nn.functional as F
 
 VERIFY_ROWS = 17  # rows of a verify pass at the default budget (1 + k, k = 16)
+INT8_TOLERANCE = 0.05  # an int8 probe's largest error, as a fraction of the output's range
+
+# How a missing or changed private op fails: no such attribute, no kernel, a new schema.
+_OP_ERRORS = (AttributeError, RuntimeError, TypeError)
+_ONEDNN_OPS = "torch.ops.mkldnn._reorder_linear_weight/_linear_pointwise"
+_INT8_OPS = "torch.quantize_per_channel/torch.ops.quantized.linear_prepack/linear_dynamic"
+_BF16_OP = "torch.ops.mkldnn._is_mkldnn_bf16_supported"
+_ON_MKL = "linear layers use torch's public float32 path (MKL) for every row count"
+_IN_FLOAT32 = "linear layers use torch's public float32 path"
 
 # How a decoder's linear layers compute (see `decoder_linear`):
 Arithmetic = Literal[
@@ -72,8 +85,7 @@ class EncoderLinear(torch.nn.Module):
 
     def __init__(self, linear: torch.nn.Linear, rows: int) -> None:
         super().__init__()
-        weight = linear.weight.detach()
-        self.packed = torch.ops.mkldnn._reorder_linear_weight(weight, rows)
+        self.packed = _reorder(linear.weight.detach(), rows)
         self.bias = None if linear.bias is None else linear.bias.detach()
         self.out_features = linear.out_features
 
@@ -98,36 +110,117 @@ def decoder_linear(
     weight = weight.detach()
     bias = None if bias is None else bias.detach()
     if arithmetic == "int8":
-        scales = (weight.abs().amax(1) / 127).clamp_min(1e-12).double()  # [out]
-        zeros = torch.zeros(weight.shape[0], dtype=torch.long)
-        # quantize_per_channel warns that it is deprecated after torch 2.13 (pinned here).
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)
-            q = torch.quantize_per_channel(weight, scales, zeros, 0, torch.qint8)
-        return Int8Linear(torch.ops.quantized.linear_prepack(q, bias))
+        return _int8_linear(weight, bias)
     rows = arithmetic == "float32+rows"
-    packed = torch.ops.mkldnn._reorder_linear_weight(weight, VERIFY_ROWS) if rows else None
+    packed = _reorder(weight, VERIFY_ROWS) if rows else None
     return DecoderLinear(weight.t().contiguous(), bias, packed)
 
 
 def choose_arithmetic(weight: torch.Tensor, approximate: bool) -> Arithmetic:
     """The fastest arithmetic for linear layers of `weight`'s device and dtype on this machine;
-    `approximate`: int8 allowed (drafters)."""
+    `approximate`: int8 allowed (drafters). Only paths whose probes pass are chosen."""
     on_cpu = weight.device.type == "cpu" and weight.dtype == torch.float32
-    if on_cpu and approximate and "x86" in torch.backends.quantized.supported_engines:
+    if on_cpu and approximate and int8_works():
         return "int8"
-    if on_cpu and torch.backends.mkldnn.is_available():
+    if on_cpu and onednn_works():
         return "float32+rows"
     return "float32"
 
 
+@functools.cache
+def onednn_works() -> bool:
+    """Whether oneDNN's private linear ops exist and agree with `F.linear` (float32 tolerance)
+    on a small random case, with and without a bias. Probed once a process; False also where
+    torch has no oneDNN (no warning: MKL is then the expected path)."""
+    if not torch.backends.mkldnn.is_available():
+        return False
+    weight, bias, x = _probe_case()  # [out, in], [out], [n, in]
+    try:
+        packed = _reorder(weight, VERIFY_ROWS)
+        pairs = [(_onednn(x, packed, b), F.linear(x, weight, b)) for b in (bias, None)]
+        error = max((y - expected).abs().max().item() for y, expected in pairs)
+        agree = all(torch.allclose(y, expected, rtol=1e-4, atol=1e-5) for y, expected in pairs)
+    except _OP_ERRORS as failure:
+        _fall_back(_ONEDNN_OPS, f"failed a probe ({_one_line(failure)})", _ON_MKL)
+        return False
+    if not agree:
+        reason = f"disagree with F.linear on a probe (largest error {error:.3g})"
+        _fall_back(_ONEDNN_OPS, reason, _ON_MKL)
+    return agree
+
+
+@functools.cache
+def int8_works() -> bool:
+    """Whether the int8 path (`_int8_linear`) runs and stays within `INT8_TOLERANCE` of
+    `F.linear` on a small random case. Probed once a process; False also where torch has no
+    x86 quantized engine (no warning: float32 is then the expected path)."""
+    if "x86" not in torch.backends.quantized.supported_engines:
+        return False
+    weight, bias, x = _probe_case()  # [out, in], [out], [n, in]
+    try:
+        expected = F.linear(x, weight, bias)  # [n, out]
+        error = (_int8_linear(weight, bias)(x) - expected).abs().max().item()
+    except _OP_ERRORS as failure:
+        _fall_back(_INT8_OPS, f"failed a probe ({_one_line(failure)})", _IN_FLOAT32)
+        return False
+    agree = error <= INT8_TOLERANCE * (expected.max() - expected.min()).item()
+    if not agree:
+        reason = f"disagree with F.linear on a probe (largest error {error:.3g})"
+        _fall_back(_INT8_OPS, reason, _IN_FLOAT32)
+    return agree
+
+
 def fast_bfloat16() -> bool:
-    """Whether this CPU computes bfloat16 natively (AVX-512 BF16 or AMX), through oneDNN."""
-    return bool(
-        torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
-    )
+    """Whether this CPU computes bfloat16 natively (AVX-512 BF16 or AMX), through oneDNN;
+    False, with a warning, where the private op that says so is missing."""
+    if not torch.backends.mkldnn.is_available():
+        return False
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except _OP_ERRORS as failure:
+        reason = f"failed ({_one_line(failure)})"
+        _fall_back(_BF16_OP, reason, "the encoder stays float32 (torch's public path)")
+        return False
 
 
 def _onednn(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """`x @ weight.T + bias` on oneDNN (`packed`: the reordered weight): [n, in] -> [n, out]"""
     return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+
+
+def _reorder(weight: torch.Tensor, rows: int) -> torch.Tensor:
+    """oneDNN's layout of `weight` ([out, in]) for products with about `rows` rows."""
+    return torch.ops.mkldnn._reorder_linear_weight(weight, rows)
+
+
+def _int8_linear(weight: torch.Tensor, bias: torch.Tensor | None) -> Int8Linear:
+    """`weight` ([out, in]) in int8, one symmetric scale per output row."""
+    scales = (weight.abs().amax(1) / 127).clamp_min(1e-12).double()  # [out]
+    zeros = torch.zeros(weight.shape[0], dtype=torch.long)
+    # quantize_per_channel warns that it is deprecated after torch 2.13 (pinned here).
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        q = torch.quantize_per_channel(weight, scales, zeros, 0, torch.qint8)
+    return Int8Linear(torch.ops.quantized.linear_prepack(q, bias))
+
+
+def _probe_case() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A small random linear layer and input for the probes: [out, in], [out], [n, in].
+    Its own generator, so probing leaves torch's global random state alone."""
+    generator = torch.Generator().manual_seed(0)
+    weight = torch.randn(32, 64, generator=generator)  # [out, in]
+    bias = torch.randn(32, generator=generator)  # [out]
+    x = torch.randn(3, 64, generator=generator)  # [n, in]: several rows, oneDNN's case
+    return weight, bias, x
+
+
+def _fall_back(ops: str, reason: str, instead: str) -> None:
+    """Warns, in one line, that `ops` are not used, and what is done `instead`."""
+    message = f"as2d: {ops} {reason}; {instead} instead"
+    warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+def _one_line(failure: BaseException) -> str:
+    """`failure` as one line: its type and the first line of its message."""
+    lines = str(failure).splitlines()
+    return f"{type(failure).__name__}: {lines[0] if lines else ''}"
