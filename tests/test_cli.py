@@ -128,6 +128,13 @@ def test_no_traceback_from_the_installed_command(tmp_path):
     assert proc.stderr.strip().splitlines()[-1].startswith("as2d: error: ")
 
 
+def test_parsing_imports_no_torch():
+    """`as2d --help` answers at once: torch and transformers come with the commands."""
+    code = "import sys, as2d.cli; print(sorted({'torch', 'transformers'} & set(sys.modules)))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert proc.stdout.strip() == "[]"
+
+
 def test_models_lists_bundled(capsys):
     assert main(["models"]) == 0
     out = capsys.readouterr().out

@@ -36,10 +36,10 @@ from as2d.engine.sd import CoupledDecoder, with_drafting
 from as2d.engine.speculative import StepCounts
 from as2d.engine.target import Request, TargetAdapter
 from as2d.models.bundled import cache_root, load_whisper
-from as2d.models.targets import DTYPES, adapter_class, load_target
+from as2d.models.targets import adapter_class, load_target, torch_dtype
 from as2d.models.whisper import EncodedAudio, WhisperTarget
-from as2d.options import Options, check, rule, thread_split
-from as2d.runtime.drafter import DrafterProcess, DrafterSpec
+from as2d.options import Options, check, drafter_spec, rule, thread_split
+from as2d.runtime.drafter import DrafterProcess, start_drafter
 from as2d.types import SAMPLE_RATE, RunStats, Window, WindowResult
 from as2d.verify import rounding_bound
 
@@ -87,11 +87,53 @@ class Transcriber:
         self,
         options: Options | None = None,
         shared_target: TargetAdapter[Any] | None = None,
+        *,
+        drafter_process: DrafterProcess | None = None,
+        warm: bool = True,
         **overrides: object,
     ) -> None:
         """Loads `options.target`, or decodes with `shared_target` (already loaded, of that
-        name: a benchmark shares one target between configurations run one at a time)."""
+        name: a benchmark shares one target between configurations run one at a time).
+
+        `drafter_process`: the process of `drafter_spec(options)`, already started (the
+        command line starts it before importing torch, so that both load side by side); the
+        Transcriber owns it from then on. `warm`: run `warm_up` now, so that the first
+        recording's timing leaves out first calls; a one-off target-only command saves an
+        encoder pass without it (speculative methods warm up anyway, see below).
+        """
         self.options = options or Options(**overrides)  # type: ignore[arg-type]
+        drafter = drafter_process
+        try:
+            self._check_family(shared_target)
+            target_threads, drafter_threads = thread_split(self.options)
+            self.threads, self.drafter_threads = target_threads, drafter_threads
+            torch.set_num_threads(target_threads)
+            # Started before the target loads, so that the drafter's model loads meanwhile.
+            drafter = drafter or start_drafter(drafter_spec(self.options))
+            o = self.options
+            self.target = shared_target or load_target(o.target, o.device, torch_dtype(o.dtype))
+        except BaseException:
+            if drafter is not None:
+                drafter.close()
+            raise
+        self.tokenizer = self.target.tokenizer
+        request = self.options.request if self.options.task == "ask" else None
+        self.request_tokens = self.tokenizer.encode(request) if request else []
+        self.rule = rule(self.options, rounding_bound(self.target.dtype))
+        # Warm-up passes keep first calls out of timings: the runs' (`warm`), and the costs
+        # that speculative methods measure on first use; a one-off target-only run skips them.
+        encoded = self.warm_up() if warm or self.options.method != "target" else None
+        if drafter is not None:  # loaded before costs are measured: it shares the machine
+            drafter.wait_ready(DRAFTER_LOAD_S)  # and loading is not part of a run's timing
+        self.speculative: SpeculativeDecoder | CoupledDecoder | None = None
+        if self.options.method == "sd":
+            assert encoded is not None  # warmed up above
+            self.speculative = self._coupled(encoded, target_threads)
+        else:
+            self.speculative = self._speculative(drafter, encoded, target_threads)
+
+    def _check_family(self, shared_target: TargetAdapter[Any] | None) -> None:
+        """Raises ValueError, one line, for options this target's family cannot run."""
         check(self.options)
         family = type(shared_target) if shared_target else adapter_class(self.options.target)
         if self.options.task == "ask" and not family.follows_requests:
@@ -101,30 +143,6 @@ class Transcriber:
             )
         if self.options.method == "sd" and family is not WhisperTarget:
             raise ValueError("sd drafts with a Whisper model and needs a Whisper target")
-        target_threads, drafter_threads = thread_split(self.options)
-        self.threads, self.drafter_threads = target_threads, drafter_threads
-        torch.set_num_threads(target_threads)
-        drafter = self._start_drafter(drafter_threads)  # loads while the target loads
-        try:
-            o = self.options
-            dtype = DTYPES[o.dtype] if o.dtype else None
-            self.target = shared_target or load_target(o.target, o.device, dtype)
-        except BaseException:
-            if drafter is not None:
-                drafter.close()
-            raise
-        self.tokenizer = self.target.tokenizer
-        request = self.options.request if self.options.task == "ask" else None
-        self.request_tokens = self.tokenizer.encode(request) if request else []
-        self.rule = rule(self.options, rounding_bound(self.target.dtype))
-        encoded = self.warm_up()
-        if drafter is not None:  # loaded before costs are measured: it shares the machine
-            drafter.wait_ready(DRAFTER_LOAD_S)  # and loading is not part of a run's timing
-        self.speculative: SpeculativeDecoder | CoupledDecoder | None = None
-        if self.options.method == "sd":
-            self.speculative = self._coupled(encoded, target_threads)
-        else:
-            self.speculative = self._speculative(drafter, encoded, target_threads)
 
     def __enter__(self) -> Transcriber:
         return self
@@ -151,16 +169,6 @@ class Transcriber:
         run = Transcription(iter([]))
         run.windows = self._decode_windows(audio, run)
         return run
-
-    def _start_drafter(self, threads: int) -> DrafterProcess | None:
-        o = self.options
-        if o.method != "as2d":
-            return None
-        task = "transcribe" if o.task == "ask" else o.task  # ask: drafts are the transcript
-        spec = DrafterSpec(o.drafter, threads, o.language, task, o.lookahead, o.drafter_fault)
-        drafter = DrafterProcess(spec)
-        drafter.start()
-        return drafter
 
     def _speculative(
         self, drafter: DrafterProcess | None, encoded: Any, threads: int

@@ -14,23 +14,19 @@ import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from tqdm import tqdm
-from transformers.utils import logging as transformers_logging
-
-from as2d.api import Transcriber, compare
-from as2d.audio.load import AudioError, audio_duration
-from as2d.eval.bench import BenchSettings, run_bench
+# Only what argument parsing needs is imported here (no torch, no transformers): `--help`
+# answers at once, and each command imports the library modules it uses when it runs.
 from as2d.eval.catalog import DRAFTERS, Config, catalog, parse_budget
-from as2d.eval.datasets import DatasetError, Recording, load_dataset
-from as2d.eval.exactness import check_exactness, report_dict
-from as2d.eval.external import external_reference
-from as2d.eval.report import RunInfo, table_of, write_outputs
-from as2d.eval.timeline import timeline_path, write_timeline
-from as2d.models.bundled import ModelNotFoundError, bundled_names, cache_root, is_cached
-from as2d.models.targets import DTYPES
-from as2d.options import METHODS, Options
+from as2d.models.bundled import ModelNotFoundError
+from as2d.options import DTYPES, METHODS, Options, check, drafter_spec
+from as2d.runtime.drafter import start_drafter
 from as2d.writers import FORMATS, FileResult, output_path, render, write_atomic
+
+if TYPE_CHECKING:
+    from as2d.api import Transcriber
+    from as2d.eval.datasets import Recording
 
 EXIT_OK, EXIT_SOME_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -139,7 +135,6 @@ def budget(value: str) -> int | None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)  # for reports: the exact command
-    transformers_logging.disable_progress_bar()  # our own bar is the only one on stderr
     try:
         if args.command == "models":
             return list_models()
@@ -163,7 +158,16 @@ def fail(message: str, code: int) -> int:
     return code
 
 
+def quiet_transformers() -> None:
+    """Our own bar is the only one on stderr: none from transformers while models load."""
+    from transformers.utils import logging
+
+    logging.disable_progress_bar()
+
+
 def list_models() -> int:
+    from as2d.models.bundled import bundled_names, is_cached
+
     for name in bundled_names():
         print(f"{name}\t{'cached' if is_cached(name) else 'not cached (built on first use)'}")
     return EXIT_OK
@@ -195,19 +199,34 @@ def transcribe_files(args: argparse.Namespace) -> int:
     todo = [f for f in args.files if not (out_dir and skip(f, out_dir, args))]
     if not todo:
         return EXIT_OK
-    try:
-        transcriber = Transcriber(options)
-    except ValueError as err:
-        raise UsageError(str(err)) from err
-    with transcriber:
+    with open_transcriber(options) as transcriber:
         failed = sum(not transcribe_one(transcriber, f, out_dir, args) for f in todo)
     if failed == 0:
         return EXIT_OK
     return EXIT_USAGE if failed == len(todo) else EXIT_SOME_FAILED
 
 
+def open_transcriber(options: Options) -> Transcriber:
+    """The Transcriber of a one-off command: its drafter process starts before torch is
+    imported here, so that both load side by side, and no warm-up passes that only serve
+    timing are run (see `Transcriber`)."""
+    try:
+        check(options)  # before a drafter is started for nothing
+        drafter = start_drafter(drafter_spec(options))
+        from as2d.api import Transcriber
+
+        quiet_transformers()
+        return Transcriber(options, drafter_process=drafter, warm=False)
+    except ValueError as err:
+        raise UsageError(str(err)) from err
+
+
 def compare_methods(args: argparse.Namespace) -> int:
     """Target-only, then --method, on one file: per-window agreement, transcript, speed-up."""
+    from as2d.api import compare
+    from as2d.audio.load import AudioError
+
+    quiet_transformers()
     options = Options(
         target=args.target, drafter=args.drafter, language=args.language, budget=args.budget
     )
@@ -250,10 +269,16 @@ def compare_methods(args: argparse.Namespace) -> int:
 
 def bench_dataset(args: argparse.Namespace) -> int:
     """`as2d bench`: load the dataset, expand the catalog, measure, write the outputs."""
+    from as2d.audio.load import AudioError
+    from as2d.eval.bench import BenchSettings, run_bench
+    from as2d.eval.external import external_reference
+    from as2d.eval.report import RunInfo, table_of, write_outputs
+
     if args.repeats < 1:
         raise UsageError("--repeats must be at least 1")
     recordings, configs, base = dataset_configs(args)
     prepare_output_dir(args.out, skip_existing=False)
+    quiet_transformers()
     settings = BenchSettings(base, args.repeats, args.quiet_wait, not args.no_progress)
     command = "as2d " + shlex.join(args.argv)
     info = RunInfo(args.target, args.dataset, command, args.repeats)
@@ -272,7 +297,11 @@ def bench_dataset(args: argparse.Namespace) -> int:
 
 def exactness_dataset(args: argparse.Namespace) -> int:
     """`as2d exactness`: every configuration against target-only, one JSON object on stdout."""
+    from as2d.audio.load import AudioError
+    from as2d.eval.exactness import check_exactness, report_dict
+
     recordings, configs, base = dataset_configs(args)
+    quiet_transformers()
     try:
         report = check_exactness(configs, recordings, base, progress=not args.no_progress)
     except (AudioError, ValueError) as err:
@@ -283,6 +312,9 @@ def exactness_dataset(args: argparse.Namespace) -> int:
 
 def dataset_configs(args: argparse.Namespace) -> tuple[list[Recording], list[Config], Options]:
     """The dataset, the catalog and the base options of `bench` and `exactness`."""
+    from as2d.eval.datasets import DatasetError, load_dataset
+    from as2d.models.bundled import cache_root
+
     if args.limit is not None and args.limit < 1:
         raise UsageError("--limit must be at least 1")
     try:
@@ -340,6 +372,9 @@ def transcribe_one(
     transcriber: Transcriber, file: str, out_dir: Path | None, args: argparse.Namespace
 ) -> bool:
     """Transcribe one file and write or print it; report a failure in one line."""
+    from as2d.audio.load import AudioError
+    from as2d.eval.timeline import timeline_path, write_timeline
+
     try:
         result = run_with_progress(transcriber, file, args.no_progress)
         content = render(result, args.format)
@@ -368,6 +403,10 @@ def transcribe_one(
 
 
 def run_with_progress(transcriber: Transcriber, file: str, quiet: bool) -> FileResult:
+    from tqdm import tqdm
+
+    from as2d.audio.load import audio_duration
+
     total = audio_duration(file)
     run = transcriber.transcribe(file)
     with tqdm(total=round(total, 1), unit="s", desc=Path(file).name, disable=quiet or None) as bar:

@@ -1,20 +1,22 @@
 """Options: how to decode (target, method, task, drafter, budget, threads, device), and checks.
 
-Shared by the API, the command line and the benchmark; nothing here loads a model.
+Shared by the API, the command line and the benchmark; nothing here loads a model, and torch
+is imported only inside the functions that use it, so the command line parses without it.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
+from as2d.runtime.spec import CT2_PREFIX, DrafterSpec
 
-from as2d.models.targets import DTYPES
-from as2d.runtime.spec import CT2_PREFIX
-from as2d.verify import Greedy, Rule, Sampling
+if TYPE_CHECKING:
+    from as2d.verify import Rule
 
 METHODS = ("as2d", "target", "pld", "sd")
+DTYPES = ("float32", "float16", "bfloat16")  # Options.dtype: names of torch dtypes
 TASKS = ("transcribe", "translate", "ask")
 DEFAULT_DRAFTER = "whisper-tiny.en"
 TRANSLATE_DRAFTER = "ct2:whisper-base"  # the default drafter for --task translate
@@ -68,14 +70,35 @@ def thread_split(options: Options) -> tuple[int, int]:
     return options.threads or max(1, _cores() - drafter), drafter
 
 
+def drafter_spec(options: Options) -> DrafterSpec | None:
+    """The drafter process that `options` ask for (method as2d), on its share of the cores."""
+    o = options
+    if o.method != "as2d":
+        return None
+    task = "transcribe" if o.task == "ask" else o.task  # ask: drafts are the transcript
+    return DrafterSpec(
+        o.drafter, thread_split(o)[1], o.language, task, o.lookahead, o.drafter_fault
+    )
+
+
 def rule(options: Options, bound: float = 0.0) -> Rule:
     """Greedy, or temperature sampling with its own seeded generator; `bound`: the guard's
     (`verify.rounding_bound` of the target's dtype)."""
+    import torch
+
+    from as2d.verify import Greedy, Sampling
+
     if options.temperature == 0:
         return Greedy(bound)
     generator = torch.Generator()
     generator.manual_seed(options.seed if options.seed is not None else torch.seed())
     return Sampling(options.temperature, generator, bound)
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def check(options: Options) -> None:
@@ -92,7 +115,7 @@ def check(options: Options) -> None:
         raise ValueError(f"unknown dtype {options.dtype!r}; choose from {', '.join(DTYPES)}")
     if options.device != "cpu" and not options.device.startswith("cuda"):
         raise ValueError(f"unknown device {options.device!r}; use cpu or cuda[:N]")
-    if options.device.startswith("cuda") and not torch.cuda.is_available():
+    if options.device.startswith("cuda") and not _cuda_available():
         raise ValueError(f"device {options.device} asked for, but torch sees no CUDA GPU here")
     if options.method == "sd" and options.drafter.startswith(CT2_PREFIX):
         raise ValueError(

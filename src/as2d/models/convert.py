@@ -16,20 +16,16 @@ What differs between the two layouts (CT2 name -> HF name):
   * conv weights ``[out, in, kernel]`` and both position tables keep their layout.
 
 The cache directory is a plain Hugging Face model directory (``from_pretrained`` reads
-it) plus ``manifest.json``, which lists every file's size and sha256, so a truncated or
-corrupt cache is noticed and rebuilt. Files are written to a temp name and moved into
-place with ``os.replace``; the manifest is written last.
+it) plus ``manifest.json``, written last, so a truncated or rewritten cache is noticed and
+rebuilt (``cache.py``). Files are written to a temp name and moved into place with
+``os.replace``.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
 import re
 import shutil
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -38,12 +34,10 @@ import torch
 from safetensors.torch import save_file
 from transformers import GenerationConfig, WhisperConfig, WhisperForConditionalGeneration
 
+from as2d.models.cache import MANIFEST, WEIGHTS, atomic_path, write_json, write_manifest
 from as2d.models.ct2 import CT2Model, dequantize
 from as2d.models.tokenizer import WhisperTokenizer
 
-CONVERTER_VERSION = 1  # bump when the cached layout changes; old caches are rebuilt
-MANIFEST = "manifest.json"
-WEIGHTS = "model.safetensors"
 TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "added_tokens.json")
 
 # Per-layer renames (CT2 scope inside "<encoder|decoder>/layer_<i>/" -> HF scope).
@@ -222,65 +216,6 @@ def check_state_dict(state: dict[str, torch.Tensor], config: WhisperConfig) -> N
         )
 
 
-def sha256_file(path: Path) -> str:
-    """Returns the hex sha256 of a file, read in 1 MiB chunks."""
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-@contextmanager
-def atomic_path(path: Path) -> Iterator[Path]:
-    """Yields a temp path next to ``path``; moves it onto ``path`` if the block succeeds."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        yield tmp
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    with atomic_path(path) as tmp:
-        tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
-
-
-def read_manifest(out_dir: Path) -> dict[str, Any] | None:
-    """Returns the cache manifest, or None when it is missing or unreadable."""
-    try:
-        return dict(json.loads((out_dir / MANIFEST).read_text()))
-    except (OSError, ValueError):
-        return None
-
-
-def cache_is_valid(out_dir: Path, source: dict[str, Any], check_hashes: bool = True) -> bool:
-    """Whether ``out_dir`` holds a complete conversion of ``source``.
-
-    Args:
-        out_dir: the cache directory.
-        source: description of the source weights (as given to :func:`convert_to_hf`).
-        check_hashes: also compare sha256 (sizes are always compared).
-
-    Returns:
-        True when the manifest matches the converter version, the source, and every
-        listed file's size (and hash).
-    """
-    manifest = read_manifest(out_dir)
-    if not manifest or manifest.get("converter") != CONVERTER_VERSION:
-        return False
-    if manifest.get("source") != source:
-        return False
-    for name, meta in manifest.get("files", {}).items():
-        path = out_dir / name
-        if not path.is_file() or path.stat().st_size != meta["size"]:
-            return False
-        if check_hashes and sha256_file(path) != meta["sha256"]:
-            return False
-    return WEIGHTS in manifest.get("files", {})
-
-
 def convert_to_hf(
     ct2: CT2Model, tokenizer_dir: Path, out_dir: Path, source: dict[str, Any]
 ) -> Path:
@@ -306,18 +241,14 @@ def convert_to_hf(
     check_state_dict(state, config)
     with atomic_path(out_dir / WEIGHTS) as tmp:
         save_file(state, str(tmp), metadata={"format": "pt"})
-    _write_json(out_dir / "config.json", config.to_dict())
+    write_json(out_dir / "config.json", config.to_dict())
     gen = generation_config(config, tokenizer, ct2.config.get("alignment_heads"))
-    _write_json(out_dir / "generation_config.json", gen.to_dict())
+    write_json(out_dir / "generation_config.json", gen.to_dict())
     files = [WEIGHTS, "config.json", "generation_config.json"]
     for name in TOKENIZER_FILES:
         if (tokenizer_dir / name).exists():
             with atomic_path(out_dir / name) as tmp:
                 shutil.copyfile(tokenizer_dir / name, tmp)
             files.append(name)
-    entries = {
-        n: {"size": (out_dir / n).stat().st_size, "sha256": sha256_file(out_dir / n)} for n in files
-    }
-    manifest = {"converter": CONVERTER_VERSION, "source": source, "files": entries}
-    _write_json(out_dir / MANIFEST, manifest)
+    write_manifest(out_dir, source, files)
     return out_dir

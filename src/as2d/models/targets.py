@@ -22,7 +22,11 @@ from as2d.models.qwen import OmniThinkerTarget, Qwen2AudioTarget
 from as2d.models.whisper import WhisperTarget
 
 ADAPTERS: tuple[Any, ...] = (WhisperTarget, Qwen2AudioTarget, OmniThinkerTarget)
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def torch_dtype(name: str | None) -> torch.dtype | None:
+    """ "float16" -> torch.float16 (a name in `options.DTYPES`); None: the family's default."""
+    return None if name is None else getattr(torch, name)
 
 
 def model_type(name_or_path: str) -> str:

@@ -47,7 +47,9 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import signal
+import sys
 import time
+import types
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -56,6 +58,7 @@ from typing import Any
 
 import numpy as np
 
+from as2d.models.bundled import ct2_dir
 from as2d.runtime.frames import FrameReader
 from as2d.runtime.spec import (
     CRASH_EXIT_CODE,
@@ -77,6 +80,7 @@ __all__ = [
     "BusyInterval",
     "DrafterProcess",
     "DrafterSpec",
+    "start_drafter",
 ]
 
 _STOP = getattr(signal, "SIGSTOP", None)  # POSIX only: elsewhere the drafter keeps its cores
@@ -161,7 +165,7 @@ class DrafterProcess:
         self._results, results = self._ctx.Pipe(duplex=False)
         link = ChildLink(windows, results, self._released, self._audio)
         self._process = self._ctx.Process(target=child_main, args=(spec, link), daemon=True)
-        with _child_env(self.spec.threads):
+        with _child_env(self.spec.threads), _bare_main():
             self._process.start()
         windows.close()  # the child holds the other ends: EOF on results means it is gone
         results.close()
@@ -355,14 +359,38 @@ class DrafterProcess:
             self.lost, self.reason = True, reason
 
 
+def start_drafter(spec: DrafterSpec | None) -> DrafterProcess | None:
+    """A started `DrafterProcess(spec)`, its model loading in the background; None for None."""
+    if spec is None:
+        return None
+    drafter = DrafterProcess(spec)
+    drafter.start()
+    return drafter
+
+
 def _with_ct2_dir(spec: DrafterSpec) -> DrafterSpec:
     """`spec` with a bundled CT2 name ("ct2:whisper-base") replaced by its directory."""
     ct2 = spec.ct2_model
     if ct2 is None or Path(ct2).is_dir():
         return spec
-    from as2d.models.bundled import ct2_dir  # torch comes with it; the target has it anyway
-
     return replace(spec, name=CT2_PREFIX + str(ct2_dir(ct2)))
+
+
+@contextmanager
+def _bare_main() -> Iterator[None]:
+    """Hides the parent's `__main__` from multiprocessing while it spawns the child.
+
+    spawn runs the parent's main module again in the child (`as2d`'s console script, or a
+    user's script, with whatever it imports); `child_main` needs nothing from it. With an
+    empty `__main__` the child imports `worker.py` and what its drafter runs, no more: a
+    CTranslate2 drafter never imports torch.
+    """
+    main = sys.modules["__main__"]
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        sys.modules["__main__"] = main
 
 
 @contextmanager
