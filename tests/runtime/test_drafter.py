@@ -217,11 +217,13 @@ def test_ct2_drafter_process_never_loads_torch(tmp_path: Path, ct2_ready: None) 
 
 @pytest.mark.slow
 def test_lent_cores_stop_a_ct2_drafter_inside_a_window(clip: np.ndarray, ct2_ready: None) -> None:
-    long = np.tile(clip, 5)  # about 25 s: decoding takes a while on one core
+    long = np.tile(clip, 6)[
+        : 30 * SAMPLE_RATE
+    ]  # 30 s, about 120 tokens: generate takes most of a second
     with DrafterProcess(DrafterSpec(CT2_TINY, threads=1)) as drafter:
         drafter.wait_ready(120)
         drafter.submit(window(0, long))
-        time.sleep(0.8)  # into its encoder, or generate
+        wait_for(drafter, lambda: drafter.encoded(0))  # now inside generate, text not yet sent
         assert drafter.stop(), "a CTranslate2 drafter inside a window is stopped (SIGSTOP)"
         time.sleep(3.0)  # longer than the window's whole decoding on one core
         drafter.poll()
