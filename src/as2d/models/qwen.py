@@ -1,22 +1,30 @@
-"""Audio LLM targets: Qwen2-Audio (Instruct) and the Qwen2.5-Omni thinker, text output.
+"""Audio LLM targets: Qwen2-Audio and the Qwen2.5-Omni thinker, text output.
 
 Both are a Whisper-style audio encoder whose frames replace `<|AUDIO|>` placeholders in a
-ChatML prompt, followed by a Qwen2 decoder. A window is decoded like this:
+chat prompt, followed by a Qwen2 decoder. A window is decoded like this:
 
-    encode:  log-mel features of the window (padded to 30 s) and its audio-token count
-    prefill: the model's own forward over the chat prompt (system, audio turn with the
-             request, assistant start) with the features: audio encoder + decoder, into
-             a fresh `DynamicCache`
+    encode:  log-mel features of the window, then the audio tower over them: one
+             embedding per `<|AUDIO|>` placeholder
+    prefill: the prompt's embeddings, audio embeddings in the placeholders' places, through
+             the model's own forward into a fresh `DynamicCache`
     forward: k tokens on top of the cache; scores for the position after each
     rollback: `DynamicCache.crop`
 
+Prompt and features are the checkpoint's own, as its `transformers` processor builds them:
+the processor's chat template (`chat_template.jinja`, or the older `chat_template.json`)
+through `apply_chat_template`, and the feature extractor of `preprocessor_config.json`. So a
+base or fine-tuned checkpoint gets the prompt it was trained with. A checkpoint without them
+gets as2d's built-in prompt or features, with a one-line warning.
+
 The forward passes are the `transformers` modules themselves (`model.model` then
 `model.lm_head`), so positions (plain for Qwen2-Audio, multimodal rope for the Omni thinker)
-are the ones `generate` uses; tests check that greedy output equals `generate`'s.
+are the ones `generate` uses; tests check that greedy output equals `generate`'s, and prompt
+and features the processor's.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,14 +34,19 @@ import numpy as np
 import torch
 from transformers import (
     AutoConfig,
+    AutoFeatureExtractor,
     AutoTokenizer,
     DynamicCache,
+    GenerationConfig,
     PreTrainedModel,
     Qwen2_5OmniForConditionalGeneration,
     Qwen2_5OmniThinkerForConditionalGeneration,
     Qwen2AudioForConditionalGeneration,
     WhisperFeatureExtractor,
 )
+from transformers.masking_utils import create_bidirectional_mask
+from transformers.models.whisper.tokenization_whisper import LANGUAGES
+from transformers.processing_utils import ProcessorMixin
 
 from as2d.engine.target import Request
 from as2d.types import MAX_WINDOW_S, SAMPLE_RATE
@@ -42,19 +55,24 @@ N_SAMPLES = int(MAX_WINDOW_S * SAMPLE_RATE)  # 480_000 samples = 3000 mel frames
 MAX_NEW_TOKENS = 512  # output tokens per window unless the generation config says otherwise
 END_TOKENS = ("<|im_end|>", "<|endoftext|>")  # end of the assistant turn, end of text
 AUDIO_TOKEN = "<|AUDIO|>"  # placeholder, repeated once per audio frame the encoder emits
-TASK_REQUESTS = {
-    "transcribe": "Transcribe the audio.",
-    "translate": "Translate the speech into English.",
+TASK_REQUESTS = {  # {spoken}: "French " where the request names the language, else ""
+    "transcribe": "Transcribe the {spoken}audio.",
+    "translate": "Translate the {spoken}speech into English.",
 }
 
 
 @dataclass
 class EncodedWindow:
-    """One window's audio features, ready for the prefill."""
+    """One window's audio features and the audio tower's output, ready for the prefill."""
 
     features: torch.Tensor  # [1, n_mels, 3000] log-mel, padded to 30 s
     mask: torch.Tensor  # [1, 3000] 1 on frames of the window's audio, 0 on padding
-    audio_tokens: int  # how many <|AUDIO|> placeholders its encoder output fills
+    audio: torch.Tensor  # [audio_tokens, d] audio tower output, in the decoder's width
+
+    @property
+    def audio_tokens(self) -> int:
+        """How many `<|AUDIO|>` placeholders the window's audio fills."""
+        return int(self.audio.shape[0])
 
 
 class HFTokenizer:
@@ -78,26 +96,38 @@ class HFTokenizer:
         return found if known else None
 
 
+@dataclass(frozen=True)
+class ChatProcessing:
+    """What a checkpoint's processor files define besides its weights."""
+
+    tokenizer: HFTokenizer
+    chat_template: str  # Jinja, rendered by `apply_chat_template`
+    features: Any  # Whisper log-mel feature extractor, as in preprocessor_config.json
+
+
 class ChatAudioTarget:
     """Greedy-decoding target around a Qwen audio LLM: prefill, forward k tokens, roll back.
 
-    Subclasses own one family: its model class, `config.model_type` values and chat text.
+    Subclasses own one family: its model class, `config.model_type` values, audio tower call
+    and built-in chat template (for checkpoints without one).
     """
 
     MODEL_TYPES: ClassVar[tuple[str, ...]] = ()
     MODEL_CLASS: ClassVar[Any] = None
-    SYSTEM: ClassVar[str] = "You are a helpful assistant."
-    AUDIO_TURN: ClassVar[str] = "<|audio_bos|><|AUDIO|><|audio_eos|>"  # before the request
+    BUILTIN_TEMPLATE: ClassVar[str] = ""  # Jinja chat template for checkpoints without one
     follows_requests = True  # answers free requests (`ask`)
     leading_space = False  # output starts "Hello", not Whisper's " Hello"
 
-    def __init__(self, model: PreTrainedModel, tokenizer: HFTokenizer) -> None:
+    def __init__(self, model: PreTrainedModel, processing: ChatProcessing) -> None:
         self.model = model.eval()
-        self.tokenizer = tokenizer
+        self.tokenizer = processing.tokenizer
+        self.chat_template = processing.chat_template
+        self.features = processing.features
         self.device = model.device
         self.dtype = model.dtype
-        self.eot_ids = frozenset(i for t in END_TOKENS if (i := tokenizer.token_id(t)) is not None)
-        audio_id = tokenizer.token_id(AUDIO_TOKEN)
+        ends = (self.tokenizer.token_id(t) for t in END_TOKENS)
+        self.eot_ids = frozenset(i for i in ends if i is not None)
+        audio_id = self.tokenizer.token_id(AUDIO_TOKEN)
         if not self.eot_ids or audio_id is None:
             raise ValueError(f"tokenizer lacks {AUDIO_TOKEN} or {' / '.join(END_TOKENS)}")
         self.audio_id = audio_id
@@ -105,27 +135,40 @@ class ChatAudioTarget:
         self.max_positions = text_config.max_position_embeddings
         self.max_new_tokens = model.generation_config.max_new_tokens or MAX_NEW_TOKENS
         self.max_length = self.max_positions  # set per window by prefill
-        mels = model.config.audio_config.num_mel_bins
-        self.features = WhisperFeatureExtractor(feature_size=mels, sampling_rate=SAMPLE_RATE)
         self.cache = DynamicCache(config=text_config)
         self.length = 0  # positions held in the cache
         self.prompt_length = 0
 
     @classmethod
     def load(cls, name_or_path: str, device: str = "cpu", dtype: torch.dtype | None = None) -> Any:
-        """Loads the model and tokenizer from a local directory or a Hugging Face id."""
+        """Loads the model and its processor files from a local directory or a Hugging Face id.
+
+        On a GPU the weights go from the safetensors files straight to the device.
+        """
         local = Path(name_or_path).is_dir()
         model = cls.MODEL_CLASS.from_pretrained(
-            name_or_path, dtype=dtype or "auto", local_files_only=local
-        ).to(device)
-        hf_tokenizer = AutoTokenizer.from_pretrained(name_or_path, local_files_only=local)
-        return cls(model, HFTokenizer(hf_tokenizer))
+            name_or_path,
+            dtype=dtype or "auto",
+            local_files_only=local,
+            device_map=device_map(device),
+        )
+        return cls._from_model(model, name_or_path, local)
+
+    @classmethod
+    def _from_model(cls, model: PreTrainedModel, name_or_path: str, local: bool) -> Any:
+        """The target around a loaded model, with its checkpoint's processor files."""
+        warn_unless_greedy(model.generation_config, name_or_path)
+        mels = model.config.audio_config.num_mel_bins
+        return cls(model, load_processing(name_or_path, local, cls.BUILTIN_TEMPLATE, mels))
 
     @torch.inference_mode()
     def encode(self, audio: np.ndarray, between: Callable[[], None] | None = None) -> EncodedWindow:
-        """Log-mel features of a ≤ 30 s window, padded to 30 s, as the Qwen processors do.
+        """Log-mel features of a ≤ 30 s window, as the processor computes them, and the audio
+        tower over them (encode time covers it; the prefill runs only the decoder).
 
-        The audio tower runs in `prefill`, so `between` is only called once, now.
+        Features are padded to 30 s: the processor pads to its `n_samples`, 300 s for
+        Qwen2.5-Omni, whose audio tower drops every padding frame anyway (the window's frames
+        are the same either way). `between` is called once, before.
         """
         if between is not None:
             between()
@@ -133,36 +176,54 @@ class ChatAudioTarget:
             audio[:N_SAMPLES],
             sampling_rate=SAMPLE_RATE,
             padding="max_length",
+            max_length=min(N_SAMPLES, self.features.n_samples),
             return_attention_mask=True,
             return_tensors="pt",
         )
         mask = out.attention_mask.to(self.device)  # [1, 3000]
-        audio_tower: Any = self.model.model.audio_tower
-        _, tokens = audio_tower._get_feat_extract_output_lengths(mask.sum(-1))
-        features = out.input_features.to(self.device, self.model.dtype)
-        return EncodedWindow(features, mask, int(tokens[0]))
+        features = out.input_features.to(self.device, self.dtype)  # [1, n_mels, 3000]
+        return EncodedWindow(features, mask, self._audio_features(features, mask))
+
+    def _audio_features(self, features: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """[1, n_mels, 3000] features, [1, 3000] mask -> [audio_tokens, d] audio embeddings."""
+        raise NotImplementedError
 
     def prompt(self, encoded: EncodedWindow, request: Request) -> list[int]:
-        """The chat prompt: system turn, user turn (audio, then the request), assistant start.
-
-        `<|AUDIO|>` is expanded to one placeholder per audio frame of the window.
+        """The checkpoint's chat prompt for one user turn (the audio, then the request) and the
+        assistant's start, with `<|AUDIO|>` expanded to one placeholder per audio frame.
         """
-        text = (
-            f"<|im_start|>system\n{self.SYSTEM}<|im_end|>\n"
-            f"<|im_start|>user\n{self.AUDIO_TURN}{self.request_text(request)}<|im_end|>\n"
-            "<|im_start|>assistant\n"
-        )
-        ids = self.tokenizer.encode(text)
+        ids = self.tokenizer.encode(self.prompt_text(request))
+        if ids.count(self.audio_id) != 1:
+            raise ValueError(
+                f"the chat template gives {ids.count(self.audio_id)} {AUDIO_TOKEN}, not 1"
+            )
         at = ids.index(self.audio_id)
         return [*ids[:at], *[self.audio_id] * encoded.audio_tokens, *ids[at + 1 :]]
 
+    def prompt_text(self, request: Request) -> str:
+        """The chat template rendered for `request`, one `<|AUDIO|>` in it.
+
+        No system turn is given: the template's default is the one the checkpoint was trained
+        with (Qwen2.5-Omni's persona prompt is needed only for speech output).
+        """
+        content = [{"type": "audio"}, {"type": "text", "text": self.request_text(request)}]
+        text = self.tokenizer.hf.apply_chat_template(
+            [{"role": "user", "content": content}],
+            chat_template=self.chat_template,
+            add_generation_prompt=True,
+            tokenize=False,
+        )
+        return str(text)
+
     def request_text(self, request: Request) -> str:
-        """What the user asks: the request itself (`ask`), else the task's fixed request."""
+        """What the user asks: the request itself (`ask`), else the task's request, naming the
+        spoken language where it is given ("Transcribe the French audio.")."""
         if request.task == "ask":
             if not request.text:
                 raise ValueError("the ask task needs a request")
             return request.text
-        return TASK_REQUESTS[request.task]
+        language = language_name(request.language)
+        return TASK_REQUESTS[request.task].format(spoken=f"{language} " if language else "")
 
     def language(self, encoded: EncodedWindow, given: str | None) -> str | None:
         """The language as given: these models take it from the request, not a token."""
@@ -170,15 +231,18 @@ class ChatAudioTarget:
 
     @torch.inference_mode()
     def prefill(self, encoded: EncodedWindow, prompt: Sequence[int]) -> torch.Tensor:
-        """Start a window: audio encoder and the prompt into a fresh cache. Returns [V] scores."""
+        """Start a window: the prompt, audio embeddings in place, into a fresh cache; [V] scores."""
         self.cache = DynamicCache(config=self.model.config.get_text_config())
         self.length = 0
         self.prompt_length = len(prompt)
         self.max_length = min(self.max_positions, len(prompt) + self.max_new_tokens)
         ids = torch.tensor([list(prompt)], dtype=torch.long, device=self.device)  # [1, n]
+        embeds = self.model.get_input_embeddings()(ids)  # [1, n, d]
+        slots = (ids == self.audio_id).unsqueeze(-1)  # [1, n, 1]
+        embeds = embeds.masked_scatter(slots, encoded.audio.to(embeds.dtype))
         hidden = self.model.model(
-            input_ids=ids,
-            input_features=encoded.features,
+            input_ids=ids,  # with the mask, the Omni thinker's multimodal positions
+            inputs_embeds=embeds,
             feature_attention_mask=encoded.mask,
             attention_mask=torch.ones_like(ids),
             cache=self.cache,
@@ -212,11 +276,36 @@ class ChatAudioTarget:
 
 
 class Qwen2AudioTarget(ChatAudioTarget):
-    """`Qwen2AudioForConditionalGeneration`, prompted as Qwen2-Audio-7B-Instruct's template."""
+    """`Qwen2AudioForConditionalGeneration` (Qwen2-Audio-7B and -Instruct)."""
 
     MODEL_TYPES = ("qwen2_audio",)
     MODEL_CLASS = Qwen2AudioForConditionalGeneration
-    AUDIO_TURN = "Audio 1: <|audio_bos|><|AUDIO|><|audio_eos|>\n"
+    # The prompt of Qwen2AudioProcessor's default template (Qwen2-Audio-7B-Instruct's).
+    BUILTIN_TEMPLATE = (
+        "{% for message in messages %}"
+        "{% if loop.first and message['role'] != 'system' %}"
+        "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n{% endif %}"
+        "<|im_start|>{{ message['role'] }}\n"
+        "{% for part in message['content'] %}"
+        "{% if part['type'] == 'audio' %}Audio 1: <|audio_bos|><|AUDIO|><|audio_eos|>\n"
+        "{% else %}{{ part['text'] }}{% endif %}{% endfor %}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+
+    def _audio_features(self, features: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """The audio tower over all 3000 frames, attending only to the window's, then the
+        projector; as `Qwen2AudioModel.forward` computes them before merging."""
+        model: Any = self.model.model
+        lengths, tokens = model.audio_tower._get_feat_extract_output_lengths(mask.sum(-1))
+        frames = (features.shape[-1] - 2) // 2 + 1  # 1500 encoder positions
+        valid = torch.arange(frames, device=mask.device)[None, :] < lengths[:, None]  # [1, 1500]
+        attention = create_bidirectional_mask(
+            config=model.audio_tower.config,
+            inputs_embeds=features.new_zeros(1, frames, 1),
+            attention_mask=valid.long(),
+        )
+        hidden = model.audio_tower(features, attention_mask=attention).last_hidden_state
+        return model.multi_modal_projector(hidden)[0, : int(tokens[0])]  # [audio_tokens, d]
 
 
 class OmniThinkerTarget(ChatAudioTarget):
@@ -227,20 +316,137 @@ class OmniThinkerTarget(ChatAudioTarget):
 
     MODEL_TYPES = ("qwen2_5_omni_thinker", "qwen2_5_omni")
     MODEL_CLASS = Qwen2_5OmniThinkerForConditionalGeneration
-    SYSTEM = (
-        "You are Qwen, a virtual human developed by the Qwen Team, Alibaba Group, capable of "
-        "perceiving auditory and visual inputs, as well as generating text and speech."
+    # as2d's prompt before checkpoints brought their own: Qwen2.5-Omni's template, with the
+    # persona system prompt of its model card.
+    BUILTIN_TEMPLATE = (
+        "<|im_start|>system\nYou are Qwen, a virtual human developed by the Qwen Team, Alibaba "
+        "Group, capable of perceiving auditory and visual inputs, as well as generating text and "
+        "speech.<|im_end|>\n"
+        "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+        "{% for part in message['content'] %}"
+        "{% if part['type'] == 'audio' %}<|audio_bos|><|AUDIO|><|audio_eos|>"
+        "{% else %}{{ part['text'] }}{% endif %}{% endfor %}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
     )
 
     @classmethod
     def load(cls, name_or_path: str, device: str = "cpu", dtype: torch.dtype | None = None) -> Any:
-        """Loads a thinker checkpoint, or the thinker of a full Qwen2.5-Omni checkpoint."""
+        """Loads a thinker checkpoint, or the thinker of a full Qwen2.5-Omni checkpoint (its
+        talker and vocoder weights are not read)."""
         local = Path(name_or_path).is_dir()
         config = AutoConfig.from_pretrained(name_or_path, local_files_only=local)
         if config.model_type == "qwen2_5_omni_thinker":
             return super().load(name_or_path, device, dtype)
         full = Qwen2_5OmniForConditionalGeneration.from_pretrained(
-            name_or_path, dtype=dtype or "auto", local_files_only=local, enable_audio_output=False
+            name_or_path,
+            dtype=dtype or "auto",
+            local_files_only=local,
+            enable_audio_output=False,
+            device_map=device_map(device),
         )
-        hf_tokenizer = AutoTokenizer.from_pretrained(name_or_path, local_files_only=local)
-        return cls(full.thinker.to(device), HFTokenizer(hf_tokenizer))
+        full.thinker.generation_config = full.generation_config  # the checkpoint's file
+        return cls._from_model(full.thinker, name_or_path, local)
+
+    def _audio_features(self, features: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """The audio tower over the window's frames only (padding frames dropped)."""
+        model: Any = self.model.model
+        return model.get_audio_features(features, mask).last_hidden_state  # [audio_tokens, d]
+
+
+def device_map(device: str) -> str | None:
+    """`from_pretrained`'s device_map: a GPU loads the safetensors shards straight into its
+    memory, no copy through the host; the CPU keeps the default (the model is built on the
+    meta device, then takes the tensors read from the files, so no second copy either).
+
+    transformers 5 always loads that way (`low_cpu_mem_usage` is gone), so nothing else is
+    needed.
+    """
+    return None if torch.device(device).type == "cpu" else device
+
+
+def load_processing(
+    name_or_path: str, local: bool, builtin_template: str, mel_bins: int
+) -> ChatProcessing:
+    """The tokenizer, chat template and feature extractor of a checkpoint, as its processor
+    loads them.
+
+    Without a chat template: `builtin_template`; without `preprocessor_config.json`: Whisper
+    features of `mel_bins` bins; either with one warning line. The tokenizer's own template
+    (in `tokenizer_config.json`) is no fallback: the processor does not use it, and Qwen's is
+    text-only ChatML with no place for audio.
+    """
+    tokenizer = AutoTokenizer.from_pretrained(name_or_path, local_files_only=local)
+    template = processor_chat_template(name_or_path, local)
+    try:
+        features = AutoFeatureExtractor.from_pretrained(name_or_path, local_files_only=local)
+    except OSError:
+        features = None
+    lacks = {}  # what the checkpoint lacks: what as2d uses instead
+    if template is None:
+        lacks["chat template"] = "prompt"
+    if features is None:
+        lacks["preprocessor_config.json"] = "Whisper features"
+    if lacks:
+        warnings.warn(
+            f"as2d: {name_or_path} has no {' and no '.join(lacks)}; "
+            f"using as2d's built-in {' and '.join(lacks.values())}",
+            UserWarning,
+            stacklevel=4,
+        )
+    if features is None:
+        features = WhisperFeatureExtractor(feature_size=mel_bins, sampling_rate=SAMPLE_RATE)
+    if features.sampling_rate != SAMPLE_RATE:
+        raise ValueError(
+            f"{name_or_path} takes {features.sampling_rate} Hz audio, not {SAMPLE_RATE}"
+        )
+    return ChatProcessing(HFTokenizer(tokenizer), template or builtin_template, features)
+
+
+def processor_chat_template(name_or_path: str, local: bool) -> str | None:
+    """The chat template the checkpoint's processor uses (`chat_template.jinja`, the legacy
+    `chat_template.json`, or the default of `chat_templates/`); None where it has none."""
+    processor_dict, _ = ProcessorMixin.get_processor_dict(name_or_path, local_files_only=local)
+    template = processor_dict.get("chat_template")
+    if isinstance(template, dict):
+        template = template.get("default")
+    return template if isinstance(template, str) else None
+
+
+def warn_unless_greedy(config: GenerationConfig, name_or_path: str) -> None:
+    """Warns, in one line, when the checkpoint's generation config would not decode greedily:
+    `generate` would sample, search or penalise repeats, and as2d's output is greedy."""
+    found = not_greedy(config)
+    if found:
+        warnings.warn(
+            f"as2d: the generation config of {name_or_path} ({', '.join(found)}) does not "
+            "decode greedily; as2d decodes greedily and ignores it",
+            UserWarning,
+            stacklevel=4,
+        )
+
+
+def not_greedy(config: GenerationConfig) -> list[str]:
+    """The settings of `config` that make `generate` differ from greedy decoding.
+
+    Example:
+        GenerationConfig(do_sample=True, top_p=0.5, repetition_penalty=1.1)
+        -> ["do_sample=True", "repetition_penalty=1.1"]  (top_p only acts through sampling)
+    """
+    found = []
+    if config.do_sample:
+        found.append("do_sample=True")
+    if (config.num_beams or 1) > 1:
+        found.append(f"num_beams={config.num_beams}")
+    if config.repetition_penalty not in (None, 1.0):
+        found.append(f"repetition_penalty={config.repetition_penalty}")
+    if config.no_repeat_ngram_size:
+        found.append(f"no_repeat_ngram_size={config.no_repeat_ngram_size}")
+    return found
+
+
+def language_name(code: str | None) -> str | None:
+    """ "fr" -> "French" (Whisper's language codes); a name or an unknown code stays as given."""
+    if code is None:
+        return None
+    name = LANGUAGES.get(code.lower())
+    return name.title() if name else code
