@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from as2d.api import Transcriber
-from as2d.eval.catalog import DRAFTERS, Config, catalog, parse_budget
+from as2d.eval.catalog import DRAFTERS, Config, catalog
 from as2d.eval.machine import children, wait_children_idle
-from as2d.options import METHODS, Options
+from as2d.options import METHODS, Options, parse_budget
 
 PERIOD_S = 0.2  # /proc sampling period
 MB = 1024  # /proc reports kB

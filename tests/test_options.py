@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from as2d.options import Options, thread_split
+from as2d.options import Options, parse_budget, thread_split
 
 
 def test_on_a_gpu_the_drafter_takes_the_spare_cores(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -19,3 +19,10 @@ def test_translation_drafts_with_a_multilingual_drafter_by_default() -> None:
     assert Options().drafter == "whisper-tiny.en"
     assert Options(task="translate").drafter == "ct2:whisper-base"  # tiny.en cannot translate
     assert Options(task="translate", drafter="whisper-tiny.en").drafter == "whisper-tiny.en"
+
+
+def test_parse_budget() -> None:
+    assert parse_budget("auto") is None
+    assert parse_budget("16") == 16
+    with pytest.raises(ValueError, match="auto or a number"):
+        parse_budget("-1")

@@ -52,6 +52,15 @@ class Options:
             object.__setattr__(self, "drafter", default)
 
 
+def parse_budget(text: str) -> int | None:
+    """ "auto" -> None (`Options.budget`: chosen per step); "4" -> 4. Raises ValueError else."""
+    if text == "auto":
+        return None
+    if not text.isdigit():
+        raise ValueError(f"budget must be auto or a number, got {text!r}")
+    return int(text)
+
+
 def _cores() -> int:
     return len(os.sched_getaffinity(0))
 

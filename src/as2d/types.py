@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 SAMPLE_RATE = 16_000  # every model here consumes 16 kHz mono float32
-MAX_WINDOW_S = 30.0  # Whisper's receptive field: N_SAMPLES = 30 s * 16 kHz = 480_000
+MAX_WINDOW_S = 30.0  # Whisper's receptive field
+N_SAMPLES = int(MAX_WINDOW_S * SAMPLE_RATE)  # 480_000 samples: 3000 mel, 1500 encoder frames
 
 
 @dataclass(frozen=True)

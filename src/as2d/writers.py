@@ -1,11 +1,14 @@
-"""Output formats (txt, json, srt, vtt) for one transcribed file, written atomically."""
+"""Output formats (txt, json, srt, vtt) for one transcribed file, and the one atomic write
+that outputs, reports, the model cache and the cost models all go through."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 import os
-import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from as2d.types import RunStats, WindowResult
@@ -79,13 +82,27 @@ def output_path(input_path: str, out_dir: Path, fmt: str) -> Path:
     return out_dir / f"{Path(input_path).stem}.{fmt}"
 
 
-def write_atomic(path: Path, content: str) -> None:
-    """Write to a temporary file beside `path`, then rename: readers never see half a file."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+@contextmanager
+def atomic_path(path: Path) -> Iterator[Path]:
+    """Yields a temporary path beside `path`; moves it onto `path` if the block succeeds.
+
+    Readers see the old file or the new one, never half of one. The temporary name is
+    this process's and thread's own, so concurrent writers of one path do not collide (the
+    last to finish wins); it is removed whatever happens.
+
+    Example:
+        with atomic_path(out / "model.safetensors") as tmp:
+            save_file(state, str(tmp))
+    """
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(content)
+        yield tmp
         os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_atomic(path: Path, content: str) -> None:
+    """Writes `content` (UTF-8) to `path` through `atomic_path`."""
+    with atomic_path(path) as tmp:
+        tmp.write_text(content, encoding="utf-8")

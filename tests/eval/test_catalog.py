@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import pytest
-
 from as2d.api import Options
-from as2d.eval.catalog import Config, catalog, parse_budget
+from as2d.eval.catalog import Config, catalog
 
 
 def test_catalog_expands_axes_target_first():
@@ -35,13 +33,6 @@ def test_a_configuration_is_passed_through_as_options():
     options = config.options(Options(target="whisper-base", language="en"))
     assert (options.method, options.drafter, options.budget) == ("sd", "whisper-tiny.en", 8)
     assert (options.target, options.language) == ("whisper-base", "en")
-
-
-def test_parse_budget():
-    assert parse_budget("auto") is None
-    assert parse_budget("16") == 16
-    with pytest.raises(ValueError, match="auto or a number"):
-        parse_budget("-1")
 
 
 def test_sd_takes_only_pytorch_drafters() -> None:

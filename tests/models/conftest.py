@@ -72,8 +72,7 @@ def _ct2_greedy(name: str, tokenizer: WhisperTokenizer, features: np.ndarray) ->
     whisper = ctranslate2.models.Whisper(
         str(ct2_dir(name)), device="cpu", compute_type="float32", intra_threads=2
     )
-    prompt = tokenizer.sot_sequence("en" if tokenizer.multilingual else None, "transcribe")
-    prompt.append(tokenizer.no_timestamps)  # <|notimestamps|> in the prompt: no timestamps
+    prompt = tokenizer.prompt("en" if tokenizer.multilingual else None, "transcribe")
     batch = ctranslate2.StorageView.from_array(np.ascontiguousarray(features))
     results = whisper.generate(batch, [prompt] * len(features), beam_size=1)
     return [r.sequences_ids[0] for r in results]

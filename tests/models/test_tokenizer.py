@@ -68,6 +68,8 @@ def test_special_tokens(english: WhisperTokenizer, multilingual: WhisperTokenize
     assert multilingual.sot_sequence("en", "transcribe") == [50258, 50259, 50359]
     assert multilingual.sot_sequence("fr", "translate") == [50258, 50265, 50358]
     assert multilingual.sot_sequence(None, "transcribe") == [50258, 50359]
+    assert english.prompt(None, "transcribe") == [50257, 50362]  # + <|notimestamps|>
+    assert multilingual.prompt("fr", "translate") == [50258, 50265, 50358, 50363]
     assert len(multilingual.languages) == 99 and multilingual.language_token("es") == 50262
 
 

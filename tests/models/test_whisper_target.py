@@ -17,7 +17,7 @@ def test_target_only_equals_generate(greedy: Greedy) -> None:
     model, tokenizer = load_whisper(greedy.name)
     target = WhisperTarget(model, tokenizer)
     language = "en" if tokenizer.multilingual else None
-    prompt = [*tokenizer.sot_sequence(language, "transcribe"), tokenizer.no_timestamps]
+    prompt = tokenizer.prompt(language, "transcribe")
     for clip, expected in zip(greedy.clips, greedy.hf, strict=True):
         audio, rate = sf.read(EN_DIR / f"{clip}.wav", dtype="float32")
         encoded = target.encode(soxr.resample(audio, rate, SAMPLE_RATE))

@@ -30,6 +30,7 @@ from as2d.drafting.sources import Candidate
 from as2d.engine.policy import BudgetPolicy
 from as2d.models.tokenizer import WhisperTokenizer
 from as2d.models.whisper import EncodedAudio, WhisperTarget
+from as2d.sequences import common_prefix
 
 
 class CachedDrafter:
@@ -96,7 +97,7 @@ class CachedDrafter:
             self._fed = []
             assert self._first is not None, "start() a window first"
             return self._first
-        keep = min(_common_length(self._fed, prefix), len(prefix) - 1)
+        keep = min(common_prefix(self._fed, prefix), len(prefix) - 1)
         self.model.rollback(self.model.prompt_length + keep)
         del self._fed[keep:]
         return self._feed(prefix[keep:])
@@ -197,12 +198,6 @@ def respell(text: bytes, previous: Sequence[int], tokenizer: WhisperTokenizer) -
         kept -= 1
         end -= len(tokenizer.token_bytes(previous[kept]))
     return [*previous[:kept], *tokenizer.encode(text[end:].decode(errors="replace"))]
-
-
-def _common_length(a: Sequence[int], b: Sequence[int]) -> int:
-    """Length of the longest common prefix of `a` and `b`."""
-    n = min(len(a), len(b))
-    return next((i for i in range(n) if a[i] != b[i]), n)
 
 
 def _byte_class(byte: int) -> str:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import time
 from collections.abc import Sequence
@@ -21,6 +20,7 @@ import torch
 
 from as2d.engine.policy import CostModel
 from as2d.engine.target import Encoded, Target
+from as2d.writers import atomic_path
 
 CPU = torch.device("cpu")
 CONTEXT = 64  # cached positions the passes are measured over (a typical mid-window length)
@@ -107,7 +107,6 @@ def cached_cost(
         pass
     cost = measure_cost(target, encoded, prompt, max_k, device=device)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    cost.save(tmp)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        cost.save(tmp)
     return cost

@@ -113,8 +113,7 @@ class CoupledDecoder:
 
     def _own_prompt(self, language: str, task: str) -> list[int]:
         """[sot, (language, task,)] + [notimestamps] in the drafter's vocabulary."""
-        drafter = self._drafter_tokenizer
-        return [*drafter.sot_sequence(language, task), drafter.no_timestamps]
+        return self._drafter_tokenizer.prompt(language, task)
 
 
 def with_drafting(cost: CostModel, drafter_step_s: float) -> CostModel:

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from as2d.options import Options
+from as2d.options import parse_budget as parse_budget  # as2d.cli imports it from here
 from as2d.runtime.spec import CT2_PREFIX
 
 DRAFTERS = ("whisper-tiny.en", "ct2:whisper-tiny.en", "ct2:whisper-base")  # issue 4 catalog
@@ -81,12 +82,3 @@ def catalog(
         else:
             configs += [Config(method, budget=k) for k in budgets]
     return sorted(configs, key=lambda c: c.method != TARGET_ONLY)
-
-
-def parse_budget(text: str) -> int | None:
-    """ "auto" -> None; "4" -> 4. Raises ValueError otherwise."""
-    if text == "auto":
-        return None
-    if not text.isdigit():
-        raise ValueError(f"budget must be auto or a number, got {text!r}")
-    return int(text)

@@ -31,6 +31,7 @@ from as2d.engine.target import TargetAdapter
 from as2d.eval.catalog import TARGET_ONLY, Config
 from as2d.eval.datasets import Recording
 from as2d.options import Options
+from as2d.sequences import common_prefix
 from as2d.types import WindowResult
 
 DRAFTER_READY_S = 300.0  # the most to wait for a drafter's model to load before decoding
@@ -116,8 +117,7 @@ def first_difference(reference: Sequence[int], out: Sequence[int]) -> int | None
     """
     if list(reference) == list(out):
         return None
-    n = min(len(reference), len(out))
-    return next((i for i in range(n) if reference[i] != out[i]), n)
+    return common_prefix(reference, out)
 
 
 def window_margin(window: WindowResult) -> float:

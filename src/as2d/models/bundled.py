@@ -29,9 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from as2d.models.cache import atomic_path, cache_is_valid
+from as2d.models.cache import cache_is_valid
 from as2d.models.ct2 import read_ct2
 from as2d.models.tokenizer import WhisperTokenizer
+from as2d.writers import atomic_path
 
 if TYPE_CHECKING:
     import torch

@@ -1,12 +1,12 @@
-"""The converted-model cache on disk: atomic writes, and a manifest that tells a whole cache.
+"""The converted-model cache on disk: a manifest that tells a whole cache from a partial one.
 
-A conversion (``convert.py``) writes its files, each moved into place whole, then
-``manifest.json`` last: the converter version, the source it came from, and each file's
-size, mtime and sha256. Every load checks sizes and mtimes only (a ``stat`` per file): a
-truncated file, or one written since the conversion, makes the cache invalid, and it is
-rebuilt. Hashing on every load would re-read hundreds of MB before each command; the
-sha256 is compared on request (``check_hashes=True``), e.g. for a cache copied with its
-mtimes kept.
+A conversion (``convert.py``) writes its files, each moved into place whole
+(``as2d.writers.atomic_path``), then ``manifest.json`` last: the converter version, the
+source it came from, and each file's size, mtime and sha256. Every load checks sizes and
+mtimes only (a ``stat`` per file): a truncated file, or one written since the conversion,
+makes the cache invalid, and it is rebuilt. Hashing on every load would re-read hundreds of
+MB before each command; the sha256 is compared on request (``check_hashes=True``), e.g. for
+a cache copied with its mtimes kept.
 
 No torch here: checking the cache must not cost importing it.
 """
@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from as2d.writers import atomic_path
 
 CONVERTER_VERSION = 1  # bump when the cached layout changes; old caches are rebuilt
 MANIFEST = "manifest.json"
@@ -33,17 +33,6 @@ def sha256_file(path: Path) -> str:
         while chunk := f.read(1 << 20):
             digest.update(chunk)
     return digest.hexdigest()
-
-
-@contextmanager
-def atomic_path(path: Path) -> Iterator[Path]:
-    """Yields a temp path next to ``path``; moves it onto ``path`` if the block succeeds."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        yield tmp
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:

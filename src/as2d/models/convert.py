@@ -17,8 +17,9 @@ What differs between the two layouts (CT2 name -> HF name):
 
 The cache directory is a plain Hugging Face model directory (``from_pretrained`` reads
 it) plus ``manifest.json``, written last, so a truncated or rewritten cache is noticed and
-rebuilt (``cache.py``). Files are written to a temp name and moved into place with
-``os.replace``.
+rebuilt (``cache.py``). Each file is written to a temp name and moved into place
+(``as2d.writers.atomic_path``); ``bundled.converted_dir`` holds a file lock around a
+conversion, so two processes starting together convert once.
 """
 
 from __future__ import annotations
@@ -34,9 +35,10 @@ import torch
 from safetensors.torch import save_file
 from transformers import GenerationConfig, WhisperConfig, WhisperForConditionalGeneration
 
-from as2d.models.cache import MANIFEST, WEIGHTS, atomic_path, write_json, write_manifest
+from as2d.models.cache import MANIFEST, WEIGHTS, write_json, write_manifest
 from as2d.models.ct2 import CT2Model, dequantize
 from as2d.models.tokenizer import WhisperTokenizer
+from as2d.writers import atomic_path
 
 TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "added_tokens.json")
 

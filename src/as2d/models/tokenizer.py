@@ -176,6 +176,15 @@ class WhisperTokenizer:
         lang = [] if language is None else [self.language_token(language)]
         return [self.sot, *lang, self.transcribe if task == "transcribe" else self.translate]
 
+    def prompt(self, language: str | None, task: str) -> list[int]:
+        """The decoder prompt as2d decodes with: :meth:`sot_sequence` + ``<|notimestamps|>``.
+
+        Example:
+            english.prompt(None, "transcribe") -> [50257, 50362]
+            multilingual.prompt("fr", "translate") -> [50258, 50265, 50358, 50363]
+        """
+        return [*self.sot_sequence(language, task), self.no_timestamps]
+
     @property
     def languages(self) -> dict[str, int]:
         """Language code -> token id, in id order (empty for English-only models)."""

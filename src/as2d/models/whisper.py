@@ -30,14 +30,9 @@ from as2d.models.linear import (
     fast_bfloat16,
 )
 from as2d.models.tokenizer import WhisperTokenizer
-from as2d.types import MAX_WINDOW_S, SAMPLE_RATE
+from as2d.types import N_SAMPLES, SAMPLE_RATE
 
 DEFAULT_DTYPE = {False: torch.float32, True: torch.float16}  # by "on a GPU"
-N_SAMPLES = int(
-    MAX_WINDOW_S * SAMPLE_RATE
-)  # 480_000 samples = 3000 mel frames = 1500 encoder frames
-
-
 ENCODER_FRAMES = N_SAMPLES // 320  # 1500 rows through the encoder's linear layers
 
 
@@ -170,8 +165,7 @@ class WhisperTarget:
         """Whisper's decoder prompt: start of transcript, language, task, no timestamps."""
         if request.task == "ask":
             raise ValueError("Whisper cannot follow requests (task 'ask')")
-        sot = self.tokenizer.sot_sequence(request.language, request.task)
-        return [*sot, self.tokenizer.no_timestamps]
+        return self.tokenizer.prompt(request.language, request.task)
 
     def language(self, encoded: EncodedAudio, given: str | None) -> str | None:
         """`given`, else the detected language (multilingual models; None for English-only)."""
