@@ -43,6 +43,15 @@ def test_manifest_paths_are_relative_to_the_manifest(folder: Path):
     assert load_dataset(str(manifest), cache=folder) == load_manifest(manifest)
 
 
+def test_manifest_subsets(folder: Path):
+    rows = [{"audio": "a.wav", "language": "fr", "subset": "varied"}, {"audio": "b.wav"}]
+    (folder / "m.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    assert load_manifest(folder / "m.jsonl") == [
+        Recording(folder / "a.wav", None, "fr", "varied"),
+        Recording(folder / "b.wav", None, None, None),
+    ]
+
+
 def test_a_folder_with_a_manifest_uses_the_manifest(folder: Path):
     (folder / "manifest.jsonl").write_text(json.dumps({"audio": "b.wav", "text": "x"}) + "\n")
     assert load_dataset(str(folder), cache=folder) == [Recording(folder / "b.wav", "x", None)]
@@ -55,7 +64,8 @@ def test_a_folder_with_a_manifest_uses_the_manifest(folder: Path):
         ("{not json\n", "m.jsonl:1: not JSON"),
         ('{"audio": "a.wav"}\n[1, 2]\n', 'm.jsonl:2: expected an object with an "audio" path'),
         ('{"audio": "missing.wav"}\n', "missing.wav not found"),
-        ('{"audio": "a.wav", "text": 3}\n', '"text" and "language" must be strings'),
+        ('{"audio": "a.wav", "text": 3}\n', '"text", "language" and "subset" must be strings'),
+        ('{"audio": "a.wav", "subset": ["short"]}\n', '"subset" must be strings'),
     ],
 )
 def test_bad_manifest_is_one_line(folder: Path, content: str, message: str):

@@ -9,7 +9,7 @@ import pytest
 from as2d.eval.bench import BenchRun, RecordingRun
 from as2d.eval.catalog import Config
 from as2d.eval.datasets import Recording
-from as2d.eval.report import RunInfo, measured, summarise, summary
+from as2d.eval.report import RunInfo, measured, render_report, summarise, summary
 from as2d.types import RunStats, WindowResult
 
 T1, T2 = Config("target", threads=1), Config("target", threads=2)
@@ -24,14 +24,15 @@ def run(
     tokens: list[list[int]],
     threads: int = 1,
     repeat: int = 0,
+    recording: Recording = REC,
 ) -> RecordingRun:
-    """One recording decoded by `config`: window i took seconds[i] (all of it decoding)."""
+    """`recording` decoded by `config`: window i (i to i + 1 s) took seconds[i] to decode."""
     windows = [
         WindowResult(i, i, i + 1, "one two" if i == 0 else "", t, 0.0, s, 2, 0, 3)
         for i, (s, t) in enumerate(zip(seconds, tokens, strict=True))
     ]
     stats = RunStats(sum(seconds), 2.0, sum(map(len, tokens)), 0.0, 0.0)
-    return RecordingRun(config, REC, repeat, 0, threads, windows, stats, 0.0)
+    return RecordingRun(config, recording, repeat, 0, threads, windows, stats, 0.0)
 
 
 def bench() -> BenchRun:
@@ -75,6 +76,7 @@ def test_summary_keys_and_oracle():
     assert content["oracle"]["speedup"] == pytest.approx(2.0)
     assert content["as2d_auto_frac_of_oracle"] == pytest.approx((8 / 2.5) / 4.0)
     assert "held_out_tokens_per_s" not in content["oracle"]  # one repeat: nothing held out
+    assert "subsets" not in content  # the recording belongs to none
 
 
 def test_held_out_oracle_in_the_summary_with_repeats():
@@ -114,3 +116,35 @@ def test_the_oracles_luck_is_auto_against_the_best_of_its_own_repeats():
     content = summary(b, m, summarise(b, m), RunInfo("whisper-base", "set", "as2d bench", 2))
     # mean times 1.5 + 1.0 -> 8 / 2.5 tokens/s; best of the repeats 1.0 + 1.0 -> 8 / 2.0
     assert content["oracle"]["as2d_auto_frac_of_own_best"] == pytest.approx((8 / 2.5) / (8 / 2.0))
+
+
+def test_each_subset_is_reported_against_the_whole_sets_baseline():
+    short = Recording(Path("s.flac"), None, "en", "short")
+    varied = Recording(Path("v.flac"), None, "fr", "varied")
+    b = BenchRun([T1, AUTO], [short, varied], audio_s=3.0)
+    b.runs = [
+        run(T1, [1.0], [[1, 2]], recording=short),
+        run(AUTO, [2.0], [[1, 2]], recording=short),  # slower on the short one
+        run(T1, [2.0, 2.0], [[1, 2, 3, 4], [5, 6, 7, 8]], recording=varied),
+        run(AUTO, [1.0, 3.0], [[1, 2, 3, 4], [5, 6, 7, 8]], recording=varied),
+    ]
+    m = measured(b)
+    rows = summarise(b, m)
+    content = summary(b, m, rows, RunInfo("whisper-base", "hard", "as2d bench hard", 1))
+    whole = {r.name: r for r in rows}["as2d whisper-tiny.en k=auto"]
+    assert whole.speedup == pytest.approx((10 / 6) / (10 / 5))  # the whole set, as before
+    assert whole.frac_windows_slower == pytest.approx(2 / 3)
+    subsets = content["subsets"]
+    assert list(subsets) == ["short", "varied"]
+    assert (subsets["short"]["windows"], subsets["varied"]["windows"]) == (1, 2)
+    assert (subsets["short"]["audio_s"], subsets["varied"]["audio_s"]) == (1.0, 2.0)
+    auto = {name: part["configs"][1] for name, part in subsets.items()}
+    assert auto["short"]["speedup"] == pytest.approx(0.5)
+    assert auto["short"]["frac_windows_slower"] == 1.0
+    assert auto["varied"]["speedup"] == pytest.approx(1.0)
+    assert auto["varied"]["frac_windows_slower"] == 0.5
+    assert auto["varied"]["tokens"] == 8 and auto["varied"]["identical"]
+    report = render_report(content, rows, b)
+    assert "## Per subset" in report
+    assert "| configuration | short (0.0 min, 1 windows) | varied (0.0 min, 2 windows) |" in report
+    assert "| as2d whisper-tiny.en k=auto | 0.50x / 100.0 % | 1.00x / 50.0 % |" in report

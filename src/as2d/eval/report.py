@@ -7,6 +7,8 @@ the audio file and finding the windows is the same work for every method and is 
 The baseline is the faster target-only configuration; a window is slower when its time
 exceeds the baseline's on the same window; `identical` means every window of every repeat
 has the same tokens as target-only with the same thread count (else the baseline).
+When the recordings belong to subsets (the manifest's "subset"), every subset gets the same
+figures on its own windows, against the same baseline.
 """
 
 from __future__ import annotations
@@ -129,6 +131,36 @@ def summarise(bench: BenchRun, m: Measured) -> list[ConfigSummary]:
     return rows
 
 
+def subset_summaries(bench: BenchRun, m: Measured) -> dict[str, dict[str, object]]:
+    """Per subset (in the order they first appear): its size and every configuration's
+    figures on its windows (`summarise`, the whole set's baseline); empty without subsets."""
+    subsets = dict.fromkeys(r.subset for r in bench.recordings if r.subset is not None)
+    result: dict[str, dict[str, object]] = {}
+    for subset in subsets:
+        part, part_m = _subset(bench, m, subset)
+        baseline_runs = [run for run in _runs_of(part, m.baseline) if run.repeat == 0]
+        result[subset] = {
+            "recordings": len(part.recordings),
+            "windows": len(part_m.tokens),
+            "audio_s": sum(w.end - w.start for run in baseline_runs for w in run.windows),
+            "configs": [asdict(r) for r in summarise(part, part_m)],
+        }
+    return result
+
+
+def _subset(bench: BenchRun, m: Measured, subset: str) -> tuple[BenchRun, Measured]:
+    """`bench` and `m` narrowed to the recordings of `subset`; the baseline stays."""
+    recordings = [r for r in bench.recordings if r.subset == subset]
+    names = {r.name for r in recordings}
+    runs = [run for run in bench.runs if run.recording.name in names]
+    samples = {
+        config: {key: s for key, s in mine.items() if key[0] in names}
+        for config, mine in m.samples.items()
+    }
+    tokens = {key: n for key, n in m.tokens.items() if key[0] in names}
+    return BenchRun(bench.configs, recordings, runs), Measured(tokens, samples, m.baseline)
+
+
 def summary(
     bench: BenchRun, m: Measured, rows: Sequence[ConfigSummary], info: RunInfo
 ) -> dict[str, object]:
@@ -151,12 +183,14 @@ def summary(
             frac = auto.pooled_tokens_per_s / best.pooled_tokens_per_s
         if auto and info.repeats > 1:
             oracle |= _held_out(m, [m.baseline.name, *candidates], auto.name)
+    subsets = subset_summaries(bench, m)
     return {
         **{k: v for k, v in asdict(info).items() if v is not None},
         "audio_s": bench.audio_s,
         "windows": len(m.tokens),
         "baseline": m.baseline.name,
         "configs": [asdict(r) for r in rows],
+        **({"subsets": subsets} if subsets else {}),
         "oracle": oracle,
         "as2d_auto_frac_of_oracle": frac,
     }
@@ -227,6 +261,7 @@ def render_report(
         _oracle_line(content),
         "",
         "![speed-up](speedup.png) ![per-window speed-up](window_speedup_cdf.png)",
+        *subset_table(content),
     ]
     if bench.timeline is not None:
         lines += ["", f"Timeline of {bench.timeline.title}:", "", "![timeline](timeline.png)"]
@@ -272,6 +307,35 @@ def table(rows: Sequence[ConfigSummary]) -> str:
             f"{error} | {r.mean_accepted:.2f} |"
         )
     return "\n".join(lines)
+
+
+def subset_table(content: dict[str, object]) -> list[str]:
+    """report.md lines for the subsets: a row per configuration, a column per subset (none
+    when the recordings have no subsets)."""
+    subsets = content.get("subsets")
+    if not isinstance(subsets, dict):
+        return []
+    heads = [
+        f"{name} ({part['audio_s'] / 60:.1f} min, {part['windows']} windows)"
+        for name, part in subsets.items()
+    ]
+    lines = [
+        "",
+        "## Per subset",
+        "",
+        f"Pooled speed-up over `{content['baseline']}` (the whole set's baseline) / share of "
+        "windows slower than it, on each subset's windows.",
+        "",
+        f"| configuration | {' | '.join(heads)} |",
+        f"|---|{'---:|' * len(heads)}",
+    ]
+    cells: dict[str, list[str]] = {}
+    for part in subsets.values():
+        for c in part["configs"]:
+            cell = f"{c['speedup']:.2f}x / {100 * c['frac_windows_slower']:.1f} %"
+            cells.setdefault(c["name"], []).append(cell)
+    lines += [f"| {name} | {' | '.join(row)} |" for name, row in cells.items()]
+    return lines
 
 
 def table_of(content: dict[str, object]) -> str:
