@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -139,3 +142,91 @@ def test_models_lists_bundled(capsys):
     assert main(["models"]) == 0
     out = capsys.readouterr().out
     assert "whisper-base" in out and "whisper-tiny.en" in out
+
+
+# ---------------------------------------------------------------- Ctrl-C
+
+LONG = Path(__file__).parent / "data" / "long_en.flac"
+
+
+def descendants(pid: int) -> set[int]:
+    """Every process below `pid` now (Linux /proc)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(parent, []).append(int(stat.parent.name))
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+def running(pid: int) -> bool:
+    """Whether process `pid` exists and is not a zombie."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def drafter_started(pid: int) -> bool:
+    """Whether the drafter process (spawned by multiprocessing) exists below `pid`."""
+    for child in descendants(pid):
+        try:
+            if b"spawn_main" in Path(f"/proc/{child}/cmdline").read_bytes():
+                return True
+        except OSError:
+            continue
+    return False
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("after_s", [0.0, 3.0], ids=["drafter starting", "models loading"])
+def test_ctrl_c_ends_a_run_in_one_line_and_leaves_nothing_behind(tmp_path, after_s):
+    """Ctrl-C as a terminal sends it: SIGINT to the whole process group, drafter included,
+    `after_s` after the drafter process appears."""
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "as2d.cli", "transcribe", str(LONG), "-o", str(out)]
+    proc = subprocess.Popen(
+        [*command, "--no-progress"], stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    seen: set[int] = set()
+    deadline = time.perf_counter() + 120
+    while not drafter_started(proc.pid):
+        assert proc.poll() is None and time.perf_counter() < deadline, "no drafter started"
+        time.sleep(0.01)
+    interrupt_at = time.perf_counter() + after_s
+    while time.perf_counter() < interrupt_at:
+        seen |= descendants(proc.pid)
+        time.sleep(0.05)
+    seen |= descendants(proc.pid)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert err.splitlines() == ["as2d: error: interrupted"], err
+    deadline = time.perf_counter() + 10  # the resource tracker leaves when it sees us gone
+    while any(map(running, seen)) and time.perf_counter() < deadline:
+        time.sleep(0.05)
+    assert seen and not any(map(running, seen)), "a child process survived"
+    assert not out.exists() or not list(out.iterdir()), "no output, no temporary file"
+
+
+def test_ctrl_c_while_writing_leaves_no_file(capsys, tmp_path, monkeypatch):
+    out_dir = tmp_path / "out"
+    replace = os.replace
+
+    def interrupted_replace(source: str, target: Path) -> None:
+        if Path(target).parent == out_dir:
+            raise KeyboardInterrupt
+        replace(source, target)
+
+    monkeypatch.setattr(os, "replace", interrupted_replace)
+    code, _, err = run(capsys, CLIP, "-o", out_dir)
+    assert code == 130 and err.strip() == "as2d: error: interrupted"
+    assert list(out_dir.iterdir()) == [], "neither the output nor its temporary file"

@@ -2,7 +2,8 @@
 
 Exit codes: 0 when every file was transcribed; 1 when some files failed and others did not;
 2 for bad usage (unknown model, unwritable output directory, bad arguments) or when every
-file failed. Each failure is one line on stderr; set AS2D_DEBUG=1 for a traceback.
+file failed; 130 when interrupted (Ctrl-C). Each failure is one line on stderr; set
+AS2D_DEBUG=1 for a traceback.
 """
 
 from __future__ import annotations
@@ -11,16 +12,20 @@ import argparse
 import json
 import os
 import shlex
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING
 
 # Only what argument parsing needs is imported here (no torch, no transformers): `--help`
 # answers at once, and each command imports the library modules it uses when it runs.
-from as2d.eval.catalog import DRAFTERS, Config, catalog, parse_budget
+from as2d.eval.catalog import DRAFTERS, Config, catalog
 from as2d.models.bundled import ModelNotFoundError
-from as2d.options import DTYPES, METHODS, Options, check, drafter_spec
+from as2d.options import DTYPES, METHODS, Options, check, drafter_spec, parse_budget
 from as2d.runtime.drafter import start_drafter
 from as2d.writers import FORMATS, FileResult, output_path, render, write_atomic
 
@@ -29,6 +34,7 @@ if TYPE_CHECKING:
     from as2d.eval.datasets import Recording
 
 EXIT_OK, EXIT_SOME_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_INTERRUPTED = 128 + 2  # Ctrl-C: 128 + SIGINT, as a shell reports a process it ended
 
 
 class UsageError(Exception):
@@ -124,33 +130,75 @@ def add_exactness_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def budget(value: str) -> int | None:
-    """`auto` -> None (chosen per step); a number -> a fixed budget k."""
-    if value == "auto":
-        return None
-    if not value.isdigit():
-        raise argparse.ArgumentTypeError(f"expected auto or a number, got {value!r}")
-    return int(value)
+    """`auto` -> None (chosen per step); a number -> a fixed budget k (`parse_budget`)."""
+    try:
+        return parse_budget(value)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Runs one command; returns its exit code.
+
+    Ctrl-C ends it with one line and 130 (128 + SIGINT, as a shell reports it): drafter
+    processes are closed on the way out, and no output file is left half written.
+    """
+    with watched_interrupts() as interrupts:
+        try:
+            return run_command(argv)
+        except (UsageError, ModelNotFoundError) as err:
+            return fail(str(err), EXIT_USAGE)
+        except KeyboardInterrupt:
+            return fail("interrupted", EXIT_INTERRUPTED)
+        except Exception:
+            if interrupts.received:  # what the code that Ctrl-C hit made of it
+                return fail("interrupted", EXIT_INTERRUPTED)
+            raise
+
+
+def run_command(argv: Sequence[str] | None) -> int:
+    """Parses `argv` (None: the process's arguments) and runs the command it names."""
     args = build_parser().parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)  # for reports: the exact command
+    if args.command == "models":
+        return list_models()
+    if args.command == "compare":
+        return compare_methods(args)
+    if args.command == "bench":
+        return bench_dataset(args)
+    if args.command == "exactness":
+        return exactness_dataset(args)
+    if args.command == "ask":
+        args.files, args.task = [args.file], "ask"
+    return transcribe_files(args)
+
+
+class Interrupts:
+    """Ctrl-C raised as Python raises it (KeyboardInterrupt), and remembered: the code it
+    interrupts may turn it into another error (an extension module interrupted while it
+    loads fails with an ImportError)."""
+
+    def __init__(self) -> None:
+        self.received = False
+
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        self.received = True
+        raise KeyboardInterrupt
+
+
+@contextmanager
+def watched_interrupts() -> Iterator[Interrupts]:
+    """SIGINT handled by an `Interrupts` in the block (in the main thread, the only one that
+    handles signals; elsewhere none is ever received)."""
+    interrupts = Interrupts()
+    if threading.current_thread() is not threading.main_thread():
+        yield interrupts
+        return
+    previous = signal.signal(signal.SIGINT, interrupts)
     try:
-        if args.command == "models":
-            return list_models()
-        if args.command == "compare":
-            return compare_methods(args)
-        if args.command == "bench":
-            return bench_dataset(args)
-        if args.command == "exactness":
-            return exactness_dataset(args)
-        if args.command == "ask":
-            args.files, args.task = [args.file], "ask"
-        return transcribe_files(args)
-    except (UsageError, ModelNotFoundError) as err:
-        return fail(str(err), EXIT_USAGE)
-    except KeyboardInterrupt:
-        return fail("interrupted", 130)
+        yield interrupts
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler if previous is None else previous)
 
 
 def fail(message: str, code: int) -> int:
@@ -213,12 +261,19 @@ def open_transcriber(options: Options) -> Transcriber:
     try:
         check(options)  # before a drafter is started for nothing
         drafter = start_drafter(drafter_spec(options))
+    except ValueError as err:
+        raise UsageError(str(err)) from err
+    try:
         from as2d.api import Transcriber
 
         quiet_transformers()
-        return Transcriber(options, drafter_process=drafter, warm=False)
-    except ValueError as err:
-        raise UsageError(str(err)) from err
+        return Transcriber(options, drafter_process=drafter, warm=False)  # owns the drafter
+    except BaseException as err:
+        if drafter is not None:  # Ctrl-C while torch loads, before the Transcriber owns it
+            drafter.close()
+        if isinstance(err, ValueError):
+            raise UsageError(str(err)) from err
+        raise
 
 
 def compare_methods(args: argparse.Namespace) -> int:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import re
+import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -116,6 +119,135 @@ def test_stop_holds_the_drafter_mid_window_until_resume(clip: np.ndarray) -> Non
         drafter.resume()
         wait_for(drafter, lambda: drafter.done(0))
         assert close_to_reference(drafter.text(0)), drafter.text(0)
+
+
+@pytest.mark.slow
+def test_a_stopped_drafter_is_not_declared_stalled(clip: np.ndarray) -> None:
+    """Its stall clock pauses while it is stopped: it cannot answer then."""
+    with DrafterProcess(DrafterSpec("whisper-tiny.en", threads=1), stall_s=2.0) as drafter:
+        drafter.wait_ready(120)
+        drafter.submit(window(0, np.tile(clip, 5)))  # about 25 s: seconds of tokens
+        wait_for(drafter, lambda: len(drafter.text(0)) > 5)
+        assert drafter.stop()
+        deadline = time.perf_counter() + 2 * drafter.stall_s
+        while time.perf_counter() < deadline:  # the target polls while it holds the cores
+            drafter.poll()
+            time.sleep(0.05)
+        assert not drafter.lost, drafter.reason
+        assert not drafter.done(0), "stopped mid-window: it had work all along"
+        drafter.resume()
+        wait_for(drafter, lambda: drafter.done(0))
+        assert not drafter.lost, drafter.reason
+        assert words(drafter.text(0))[:5] == words(REFERENCE)[:5], drafter.text(0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("moment", ["starting", "ready"])
+def test_ctrl_c_is_left_to_the_parent(
+    moment: str, clip: np.ndarray, ct2_ready: None, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Ctrl-C reaches the drafter too (the terminal signals the whole process group): it
+    carries on, silent, even in its first moments, before its interpreter runs our code;
+    the parent is the one to close it."""
+    before = set(multiprocessing.active_children())
+    with DrafterProcess(DrafterSpec(CT2_TINY, threads=1)) as drafter:
+        (child,) = set(multiprocessing.active_children()) - before
+        if moment == "ready":
+            assert drafter.wait_ready(120), drafter.reason
+        os.kill(child.pid, signal.SIGINT)
+        drafter.submit(window(0, clip))
+        wait_for(drafter, lambda: drafter.done(0))
+        assert not drafter.lost, drafter.reason
+        assert close_to_reference(drafter.text(0)), drafter.text(0)
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def start_ready(drafter: DrafterProcess) -> None:
+    """Starts `drafter` and waits for its model, as a Transcriber does."""
+    drafter.start()
+    assert drafter.wait_ready(120), drafter.reason
+
+
+def start_in_thread(drafter: DrafterProcess) -> None:
+    """Starts `drafter` from a thread that has ended by the time this returns."""
+    thread = threading.Thread(target=start_ready, args=(drafter,))
+    thread.start()
+    thread.join()
+
+
+@pytest.mark.slow
+def test_a_drafter_started_in_a_thread_outlives_the_thread(
+    clip: np.ndarray, ct2_ready: None
+) -> None:
+    """The kernel's parent-death signal follows the thread that forked the child; a
+    Transcriber built in a worker thread must keep its drafter all the same."""
+    threads = threading.active_count()
+    drafter = DrafterProcess(DrafterSpec(CT2_TINY, threads=1))
+    start_in_thread(drafter)
+    try:
+        assert drafter.ready, drafter.reason
+        time.sleep(0.5)  # a killed child is seen by the next poll
+        drafter.poll()
+        assert drafter.alive, drafter.reason
+        drafter.submit(window(0, clip))
+        wait_for(drafter, lambda: drafter.done(0))
+        assert not drafter.lost, drafter.reason
+        assert close_to_reference(drafter.text(0)), drafter.text(0)
+    finally:
+        drafter.close()
+    assert threading.active_count() == threads, "no thread is left once it is closed"
+
+
+# The parent dies (SIGKILL: no clean-up) with a drafter started from the main thread and one
+# from a thread that has ended, both stopped: the kernel kills both.
+_DYING_PARENT = """
+import multiprocessing
+import os
+import signal
+import threading
+
+from as2d.runtime.drafter import DrafterProcess, DrafterSpec
+
+def start_ready(drafter):
+    drafter.start()
+    assert drafter.wait_ready(120), drafter.reason
+
+
+if __name__ == "__main__":
+    drafters = [DrafterProcess(DrafterSpec("ct2:whisper-tiny.en")) for _ in range(2)]
+    start_ready(drafters[0])
+    thread = threading.Thread(target=start_ready, args=(drafters[1],))
+    thread.start()
+    thread.join()
+    for drafter in drafters:
+        assert drafter.stop()
+    print(*(child.pid for child in multiprocessing.active_children()), flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def running(pid: int) -> bool:
+    """Whether process `pid` exists and is not a zombie (Linux /proc)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="parent-death signal: Linux")
+def test_stopped_drafters_die_with_their_parent_process(tmp_path: Path, ct2_ready: None) -> None:
+    script = tmp_path / "parent.py"
+    script.write_text(_DYING_PARENT)
+    done = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    pids = [int(pid) for pid in done.stdout.split()]
+    assert len(pids) == 2, done.stdout
+    deadline = time.perf_counter() + 10
+    while any(map(running, pids)) and time.perf_counter() < deadline:
+        time.sleep(0.05)
+    assert not any(map(running, pids)), "a drafter outlived its parent"
 
 
 def test_core_loan_without_a_drafter_takes_the_cores_and_gives_them_back() -> None:

@@ -16,7 +16,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from as2d.options import Options
-from as2d.options import parse_budget as parse_budget  # as2d.cli imports it from here
 from as2d.runtime.spec import CT2_PREFIX
 
 DRAFTERS = ("whisper-tiny.en", "ct2:whisper-tiny.en", "ct2:whisper-base")  # issue 4 catalog

@@ -49,9 +49,8 @@ from transformers.models.whisper.tokenization_whisper import LANGUAGES
 from transformers.processing_utils import ProcessorMixin
 
 from as2d.engine.target import Request
-from as2d.types import MAX_WINDOW_S, SAMPLE_RATE
+from as2d.types import N_SAMPLES, SAMPLE_RATE
 
-N_SAMPLES = int(MAX_WINDOW_S * SAMPLE_RATE)  # 480_000 samples = 3000 mel frames
 MAX_NEW_TOKENS = 512  # output tokens per window unless the generation config says otherwise
 END_TOKENS = ("<|im_end|>", "<|endoftext|>")  # end of the assistant turn, end of text
 AUDIO_TOKEN = "<|AUDIO|>"  # placeholder, repeated once per audio frame the encoder emits
@@ -162,7 +161,9 @@ class ChatAudioTarget:
         return cls(model, load_processing(name_or_path, local, cls.BUILTIN_TEMPLATE, mels))
 
     @torch.inference_mode()
-    def encode(self, audio: np.ndarray, between: Callable[[], None] | None = None) -> EncodedWindow:
+    def encode(
+        self, audio: np.ndarray, between: Callable[[], object] | None = None
+    ) -> EncodedWindow:
         """Log-mel features of a ≤ 30 s window, as the processor computes them, and the audio
         tower over them (encode time covers it; the prefill runs only the decoder).
 

@@ -17,8 +17,9 @@ IPC, chosen so that no parent-side call can block (no threads, no locks, no big 
 The target borrows the drafter's cores for its encoder (`stop`, `resume`): the encoder is most
 of a window's target time and runs nearly twice as fast on two cores. The drafter is
 stopped where it is, inside a token or its own encoder, and continued after; a pipe write
-stopped halfway is finished then (the parent reassembles frames). The child asks the
-kernel to kill it if the parent dies, so a stopped drafter never outlives its target.
+stopped halfway is finished then (the parent reassembles frames); the stall clock pauses
+meanwhile. The child asks the kernel to kill it if the parent dies, so a stopped drafter
+never outlives its target, and it ignores Ctrl-C: the parent closes it (see `launch.py`).
 
 At most `lookahead + 1` windows are in flight (see `DrafterProcess.wants`), so window i's
 slot (i mod lookahead + 1) is reused only once the target is done with window i; the
@@ -60,17 +61,17 @@ import numpy as np
 
 from as2d.models.bundled import ct2_dir
 from as2d.runtime.frames import FrameReader
+from as2d.runtime.launch import Keeper, start_child
 from as2d.runtime.spec import (
     CRASH_EXIT_CODE,
     CT2_PREFIX,
     FAULTS,
-    N_SAMPLES,
     SLEEP_FAULT_S,
     BusyInterval,
     DrafterSpec,
 )
 from as2d.runtime.worker import ChildLink, child_main
-from as2d.types import Window
+from as2d.types import N_SAMPLES, Window
 
 __all__ = [
     "CRASH_EXIT_CODE",
@@ -134,6 +135,8 @@ class DrafterProcess:
         self._last_heard = 0.0
         self._closed = False
         self._stopped = False  # by `stop`, until `resume`
+        self._stopped_at = 0.0  # when `stop` stopped it: the stall clock pauses from then
+        self._keeper: Keeper | None = None  # the child's parent thread, if not the main one
         self._slots = spec.lookahead + 1  # windows in flight, each with a 30 s audio slot
         self._audio: Any = None  # set by start(): the shared RawArray
         self._slot_audio = np.empty((0, N_SAMPLES), np.float32)  # [slots, N_SAMPLES] view of it
@@ -153,7 +156,16 @@ class DrafterProcess:
 
         A bundled CT2 name is resolved to its directory here (split model files are
         joined into the cache once, on first use), so the child never imports torch.
+        From any thread: the drafter lives until `close` or the end of this process. If
+        anything interrupts the start (Ctrl-C), what was started is closed before it raises.
         """
+        try:
+            self._spawn()
+        except BaseException:
+            self.close()
+            raise
+
+    def _spawn(self) -> None:
         try:
             spec = _with_ct2_dir(self.spec)
         except ValueError as err:  # ModelNotFoundError: the target carries on alone
@@ -166,7 +178,7 @@ class DrafterProcess:
         link = ChildLink(windows, results, self._released, self._audio)
         self._process = self._ctx.Process(target=child_main, args=(spec, link), daemon=True)
         with _child_env(self.spec.threads), _bare_main():
-            self._process.start()
+            self._keeper = start_child(self._process)
         windows.close()  # the child holds the other ends: EOF on results means it is gone
         results.close()
         os.set_blocking(self._windows.fileno(), False)  # a full pipe must not block submit
@@ -255,6 +267,12 @@ class DrafterProcess:
         draft = self._drafts.get(index)
         return draft is not None and draft.done
 
+    @property
+    def idle(self) -> bool:
+        """Whether it has nothing to do: every window submitted and not released is drafted
+        (as of the last `poll`)."""
+        return not self._outstanding()
+
     def encoded(self, index: int) -> bool:
         """Whether the drafter is past its encoder for window `index` (drafting it, or done)."""
         return index in self._encoded or self.done(index)
@@ -283,13 +301,16 @@ class DrafterProcess:
         Returns whether its cores are free: True once it is stopped or gone; False where
         processes cannot be stopped (no SIGSTOP), and then the target should not count on them.
         """
-        self._stopped = self._signal(_STOP)
+        if not self._stopped and self._signal(_STOP):
+            self._stopped, self._stopped_at = True, time.perf_counter()
         return self._stopped or not self.alive
 
     def resume(self) -> None:
-        """Continues a drafter that `stop` stopped (SIGCONT)."""
+        """Continues a drafter that `stop` stopped (SIGCONT); its stall clock goes on from
+        where it paused."""
         if self._stopped:
             self._signal(_CONTINUE)
+            self._last_heard = time.perf_counter() - self._silent_s()
             self._stopped = False
 
     def _signal(self, signum: int | None) -> bool:
@@ -315,6 +336,8 @@ class DrafterProcess:
         if self._process.is_alive():
             self._process.kill()
             self._process.join(timeout=1.0)
+        if self._keeper is not None:
+            self._keeper.release()
         self._results.close()
         self._audio, self._slot_audio = None, np.empty((0, N_SAMPLES), np.float32)
 
@@ -349,10 +372,16 @@ class DrafterProcess:
             self._lose(f"drafter process exited (exit code {self._process.exitcode})")
             return
         limit = self.stall_s if self.ready else self.startup_s
-        silent = time.perf_counter() - self._last_heard
+        silent = self._silent_s()
         if self._outstanding() and silent > limit:
             self._lose(f"drafter sent nothing for {silent:.1f} s (limit {limit:.1f} s)")
             self._process.kill()  # free its cores; `close` reaps it
+
+    def _silent_s(self) -> float:
+        """Seconds the drafter has run without a word since it was last heard from or given
+        work: a stall clock that pauses while it is stopped (it cannot answer then)."""
+        now = self._stopped_at if self._stopped else time.perf_counter()
+        return max(0.0, now - self._last_heard)
 
     def _lose(self, reason: str) -> None:
         if not self.lost:

@@ -4,13 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from as2d.types import MAX_WINDOW_S, SAMPLE_RATE
-
 CT2_PREFIX = "ct2:"  # DrafterSpec.name "ct2:<bundled name or CT2 dir>" runs CTranslate2 int8
 FAULTS = ("random", "empty", "sleep", "crash")  # DrafterSpec.fault values (tests only)
 CRASH_EXIT_CODE = 70  # exit status of a drafter with fault="crash"
 SLEEP_FAULT_S = 3600.0  # a drafter with fault="sleep" sleeps this long before each token
-N_SAMPLES = int(MAX_WINDOW_S * SAMPLE_RATE)  # 480_000 samples: a window's slot, 1.9 MB float32
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,9 @@ import numpy as np
 
 from as2d.models.tokenizer import WhisperTokenizer
 from as2d.runtime.frames import Outbox
-from as2d.runtime.spec import CRASH_EXIT_CODE, N_SAMPLES, SLEEP_FAULT_S, DrafterSpec
+from as2d.runtime.spec import CRASH_EXIT_CODE, SLEEP_FAULT_S, DrafterSpec
+from as2d.sequences import common_prefix
+from as2d.types import N_SAMPLES
 
 _IDLE_CHECK_S = 0.5  # an idle child checks this often that its parent is still alive
 _PR_SET_PDEATHSIG = 1  # prctl option (Linux): a signal the kernel sends when the parent dies
@@ -56,11 +58,6 @@ class _ChildDrafter(Protocol):
         ...
 
 
-def _prompt(tokenizer: WhisperTokenizer, language: str | None, task: str) -> list[int]:
-    """The decoder prompt without timestamps: [sot, (language, task,)] + [notimestamps]."""
-    return [*tokenizer.sot_sequence(language, task), tokenizer.no_timestamps]
-
-
 class _TorchDrafter:
     """Any Whisper through the lean `WhisperTarget` decoder, yielding text after every token.
 
@@ -88,7 +85,7 @@ class _TorchDrafter:
         language = self.spec.language
         if self.tokenizer.multilingual and language is None:
             language = self.model.detect_language(encoded)
-        prompt = _prompt(self.tokenizer, language, self.spec.task)
+        prompt = self.tokenizer.prompt(language, self.spec.task)
         scores = self.model.prefill(encoded, prompt)  # [V]
         tokens: list[int] = []
         while True:
@@ -128,7 +125,7 @@ class _CT2Drafter:
         language = self.spec.language
         if self.tokenizer.multilingual and language is None:
             language = self.model.detect_language(encoded)[0][0][0][2:-2]  # "<|en|>" -> "en"
-        prompt = _prompt(self.tokenizer, language, self.spec.task)
+        prompt = self.tokenizer.prompt(language, self.spec.task)
         (result,) = self.model.generate(encoded, [prompt], beam_size=1)
         ids = result.sequences_ids[0]
         yield len(ids), self.tokenizer.decode(ids)
@@ -163,25 +160,37 @@ def _publish(out: Outbox, index: int, sent: str, text: str) -> str:
     text = text.rstrip("\ufffd")
     if text == sent:
         return sent
-    keep = len(sent) if text.startswith(sent) else _common_prefix(sent, text)
+    keep = len(sent) if text.startswith(sent) else common_prefix(sent, text)
     out.send("text", index, keep, text[keep:])
     return text
 
 
-def _common_prefix(a: str, b: str) -> int:
-    """Length of the longest common prefix of `a` and `b`."""
-    n = min(len(a), len(b))
-    return next((i for i in range(n) if a[i] != b[i]), n)
-
-
 def _die_with_parent() -> None:
     """Asks Linux to kill this process when its parent dies, even while it is stopped
-    (`DrafterProcess.stop`); elsewhere the idle check in `_next_window` must do."""
+    (`DrafterProcess.stop`); elsewhere the idle check in `_next_window` must do.
+
+    The kernel sends the signal when the *thread* that started this process exits, so the
+    parent starts it from a thread that lives as long as the process (`DrafterProcess.start`).
+    A parent already gone before the request is noticed by `getppid` (we were re-parented).
+    """
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     except (OSError, AttributeError):  # not Linux
-        pass
+        return
+    parent = mp.parent_process()
+    if parent is not None and os.getppid() != parent.pid:
+        os._exit(0)
+
+
+def _ignore_interrupts() -> None:
+    """Leaves Ctrl-C to the parent: it reaches the whole process group, and the parent
+    closes this process when it is interrupted. The parent starts this process with SIGINT
+    blocked (`DrafterProcess.start`), so a Ctrl-C during start-up is held pending until now,
+    when ignoring SIGINT discards it: no traceback from a half-started interpreter."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):  # POSIX
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def _draft_window(
@@ -221,6 +230,7 @@ def _next_window(link: ChildLink) -> tuple[int, np.ndarray] | None:
 
 def child_main(spec: DrafterSpec, link: ChildLink) -> None:
     """Entry point of the drafter process: load the model, then draft windows in order."""
+    _ignore_interrupts()
     _die_with_parent()
     out = Outbox(link.results.fileno())
     try:
