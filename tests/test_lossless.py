@@ -236,6 +236,15 @@ def test_bad_drafter_is_survived(
             assert run.stats.wall_s < 3 * alone + 20, (run.stats.wall_s, alone)
 
 
+def test_bad_drafter_gives_the_target_its_cores(faulty: tuple[str, dict[str, Run]]) -> None:
+    """Wrong, silent, stuck or dead: the target soon decodes on every core, as it would alone
+    (never slower than target-only by more than a few passes a window)."""
+    fault, runs = faulty
+    for name, run in runs.items():
+        alone = sum(w.alone for w in run.windows)
+        assert alone >= 0.5 * run.forwards, (fault, name, alone, run.forwards)
+
+
 # ---------------------------------------------------------------- translation
 
 

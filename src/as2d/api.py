@@ -100,37 +100,42 @@ class Transcriber:
         Transcriber owns it from then on. `warm`: run `warm_up` now, so that the first
         recording's timing leaves out first calls; a one-off target-only command saves an
         encoder pass without it (speculative methods warm up anyway, see below).
+
+        Whatever fails here (a bad option or model, Ctrl-C) closes what was started and sets
+        the thread count back, as `close` does, before it raises.
         """
-        self.options = options or Options(**overrides)  # type: ignore[arg-type]
-        drafter = drafter_process
+        self._threads_before: int | None = torch.get_num_threads()  # `close` sets it back
+        self._drafter = drafter_process  # owned from here on: `close` stops it
+        self.speculative: SpeculativeDecoder | CoupledDecoder | None = None
         try:
+            self.options = options or Options(**overrides)  # type: ignore[arg-type]
             self._check_family(shared_target)
             target_threads, drafter_threads = thread_split(self.options)
             self.threads, self.drafter_threads = target_threads, drafter_threads
             torch.set_num_threads(target_threads)
             # Started before the target loads, so that the drafter's model loads meanwhile.
-            drafter = drafter or start_drafter(drafter_spec(self.options))
+            self._drafter = self._drafter or start_drafter(drafter_spec(self.options))
             o = self.options
             self.target = shared_target or load_target(o.target, o.device, torch_dtype(o.dtype))
+            self.tokenizer = self.target.tokenizer
+            request = o.request if o.task == "ask" else None
+            self.request_tokens = self.tokenizer.encode(request) if request else []
+            self.rule = rule(o, rounding_bound(self.target.dtype))
+            # Warm-up passes keep first calls out of timings: the runs' (`warm`), and the costs
+            # that speculative methods measure on first use; a one-off target-only run skips them.
+            encoded = self.warm_up() if warm or o.method != "target" else None
+            # The drafter's model loads before costs are measured (it shares the machine),
+            # and outside any run's timing.
+            if self._drafter is not None:
+                self._drafter.wait_ready(DRAFTER_LOAD_S)
+            if o.method == "sd":
+                assert encoded is not None  # warmed up above
+                self.speculative = self._coupled(encoded, target_threads)
+            else:
+                self.speculative = self._speculative(self._drafter, encoded, target_threads)
         except BaseException:
-            if drafter is not None:
-                drafter.close()
+            self.close()
             raise
-        self.tokenizer = self.target.tokenizer
-        request = self.options.request if self.options.task == "ask" else None
-        self.request_tokens = self.tokenizer.encode(request) if request else []
-        self.rule = rule(self.options, rounding_bound(self.target.dtype))
-        # Warm-up passes keep first calls out of timings: the runs' (`warm`), and the costs
-        # that speculative methods measure on first use; a one-off target-only run skips them.
-        encoded = self.warm_up() if warm or self.options.method != "target" else None
-        if drafter is not None:  # loaded before costs are measured: it shares the machine
-            drafter.wait_ready(DRAFTER_LOAD_S)  # and loading is not part of a run's timing
-        self.speculative: SpeculativeDecoder | CoupledDecoder | None = None
-        if self.options.method == "sd":
-            assert encoded is not None  # warmed up above
-            self.speculative = self._coupled(encoded, target_threads)
-        else:
-            self.speculative = self._speculative(drafter, encoded, target_threads)
 
     def _check_family(self, shared_target: TargetAdapter[Any] | None) -> None:
         """Raises ValueError, one line, for options this target's family cannot run."""
@@ -151,9 +156,13 @@ class Transcriber:
         self.close()
 
     def close(self) -> None:
-        """Stops the drafter process, if any."""
-        if self.speculative is not None and self.speculative.drafter is not None:
-            self.speculative.drafter.close()
+        """Stops the drafter process, if any, and sets torch's thread count back to what it was
+        before this Transcriber set its own (a caller's settings outlive it)."""
+        if self._drafter is not None:
+            self._drafter.close()
+        if self._threads_before is not None:
+            torch.set_num_threads(self._threads_before)
+            self._threads_before = None
 
     def warm_up(self) -> Any:
         """Encoder, prefill and decoder passes of 1 and 8 tokens, so timings exclude first calls."""
@@ -164,10 +173,13 @@ class Transcriber:
         self.target.forward([eot] * 8)
         return encoded
 
-    def transcribe(self, audio: AudioInput) -> Transcription:
-        """Decode every speech window of `audio` (a path or 16 kHz mono float32 samples)."""
+    def transcribe(self, audio: AudioInput, language: str | None = None) -> Transcription:
+        """Decode every speech window of `audio` (a path or 16 kHz mono float32 samples).
+
+        `language`: this recording's, where `options.language` is None (else detected).
+        """
         run = Transcription(iter([]))
-        run.windows = self._decode_windows(audio, run)
+        run.windows = self._decode_windows(audio, run, self.options.language or language)
         return run
 
     def _speculative(
@@ -177,19 +189,36 @@ class Transcriber:
         if o.method == "target":
             return None
         policy = self.budget_policy(o.budget, encoded, threads)
+        cores, alone_step_s = None, None
+        if drafter is not None and o.lend_cores and o.device == "cpu":
+            cores = (threads, self.drafter_threads)
+            alone_step_s = self._cost(encoded, threads + self.drafter_threads)[0]
+        t = self.target
         return SpeculativeDecoder(
-            self.target, self.tokenizer, policy, drafter, o.max_k, self.target.leading_space
+            t, self.tokenizer, policy, drafter, o.max_k, t.leading_space, cores, alone_step_s
         )
 
     def budget_policy(self, budget: int | None, encoded: Any, threads: int) -> BudgetPolicy:
         """A fixed budget k, or (None) k chosen per step from this target's measured cost
-        at `threads` (measured on `encoded` the first time, then cached)."""
+        at `threads`, and with every core where a drafter process has some (measured on
+        `encoded` the first time, then cached)."""
         if budget is not None:
             return FixedBudget(budget)
+        cost, alone = self._cost(encoded, threads), None
+        if self.drafter_threads and self.options.device == "cpu":
+            alone = self._cost(encoded, threads + self.drafter_threads)
+        return AutoBudget(cost, alone_cost=alone)
+
+    def _cost(self, encoded: Any, threads: int) -> CostModel:
+        """This target's measured pass cost at `threads` (measured once, then cached)."""
         prompt = self._prompt(encoded, "en")
         path, device = self._cost_path(threads), self.target.device
-        cost = cached_cost(path, self.target, encoded, prompt, self.options.max_k, device)
-        return AutoBudget(cost)
+        own = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            return cached_cost(path, self.target, encoded, prompt, self.options.max_k, device)
+        finally:
+            torch.set_num_threads(own)
 
     def _coupled(self, encoded: EncodedAudio, threads: int) -> CoupledDecoder:
         """sd: the drafter model loaded here, drafting in turn with the target on its threads.
@@ -218,12 +247,10 @@ class Transcriber:
     ) -> CostModel:
         """sd's round cost: the target's verify pass plus k drafter forwards (measured, cached)."""
         o = self.options
-        prompt = self._prompt(encoded, "en")
-        path, device = self._cost_path(threads), self.target.device
-        cost = cached_cost(path, self.target, encoded, prompt, o.max_k, device)
+        cost = self._cost(encoded, threads)
         tokenizer = drafter.tokenizer
         silence = drafter.encode(np.zeros(SAMPLE_RATE, dtype=np.float32))
-        d_prompt = [*tokenizer.sot_sequence(None, "transcribe"), tokenizer.no_timestamps]
+        d_prompt = tokenizer.prompt(None, "transcribe")
         step = cached_cost(self._cost_path(threads, o.drafter), drafter, silence, d_prompt, 0)
         return with_drafting(cost, step[0])
 
@@ -234,9 +261,10 @@ class Transcriber:
         machine = machine_key(self.target.device)
         return cache_root() / "cost" / COST_VERSION / machine / f"{name}-{threads}threads.json"
 
-    def _decode_windows(self, audio: AudioInput, run: Transcription) -> Iterator[WindowResult]:
+    def _decode_windows(
+        self, audio: AudioInput, run: Transcription, language: str | None
+    ) -> Iterator[WindowResult]:
         start = time.perf_counter()
-        language = self.options.language
         tokens, audio_s = 0, 0.0
         windows = iter_windows(audio)
         if self.speculative is not None:
@@ -263,15 +291,12 @@ class Transcriber:
     ) -> tuple[WindowResult, str | None]:
         """Decode one window; returns its result and the language (detected if None)."""
         t0 = time.perf_counter()
-        spec, o = self.speculative, self.options
+        spec = self.speculative
         loan: AbstractContextManager[CoreLoan | None] = nullcontext(None)
-        if isinstance(spec, SpeculativeDecoder) and o.lend_cores and o.device == "cpu":
-            loan = spec.lend_cores(window, self.threads, self.drafter_threads)
+        if isinstance(spec, SpeculativeDecoder):
+            loan = spec.lend_cores(window)
         with loan as lender:
-            if lender is None:
-                encoded = self.target.encode(window.audio)
-            else:
-                encoded = self.target.encode(window.audio, lender.take)
+            encoded = self.target.encode(window.audio, lender.take if lender else None)
             language = self.target.language(encoded, language)
             if spec is not None:
                 spec.prepare(window)  # sd: the drafter's encoder forward

@@ -44,6 +44,7 @@ class WindowResult:
     accepted_tokens: int = 0  # candidate tokens the target agreed with
     drafted_tokens: int = 0  # candidate tokens sent to verification
     guarded: int = 0  # positions recomputed as target-only computes them (unsure decisions)
+    alone: int = 0  # passes the target ran on every core, the drafter's included (as2d, CPU)
     min_margin: float | None = None  # the closest a decision came to flipping; None: unmeasured
     started_at: float = 0.0  # time.perf_counter() when encoding began (timelines)
 

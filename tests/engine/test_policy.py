@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from as2d.drafting.sources import Candidate
+from as2d.engine.as2d import MIN_SHARED_PASSES, Payoff
 from as2d.engine.policy import (
     AcceptanceEstimate,
     AutoBudget,
@@ -150,3 +151,71 @@ def test_auto_budget_picks_the_best_source() -> None:
     drafter, prompt = Candidate((1, 2, 3, 4), "drafter"), Candidate((5, 6, 7, 8), "prompt")
     assert policy.pick([prompt, drafter]) == (drafter, 4)
     assert policy.pick([]) == (None, 0)
+
+
+def test_auto_budget_alone_chooses_with_the_cost_on_every_core() -> None:
+    # On its share a verify costs far more than a step: plain steps win. On every core
+    # verifying 3 tokens is nearly free: it wins at the same alpha.
+    shared, alone = CostModel((1.0, 3.0, 3.0, 3.0)), CostModel((0.5, 0.5, 0.5, 0.5))
+    policy = AutoBudget(shared, alone_cost=alone)
+    assert policy.choose(candidate_len=3, source="drafter") == 0
+    policy.alone(True)
+    assert policy.choose(candidate_len=3, source="drafter") == 3
+    policy.alone(False)
+    assert policy.choose(candidate_len=3, source="drafter") == 0
+
+
+# --- whether the drafter pays for its cores -------------------------------------------
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def passes(payoff: Payoff, clock: Clock, seconds: float, tokens: int, count: int) -> None:
+    """`count` passes of `seconds` each, each committing `tokens`."""
+    committed = 1
+    for _ in range(count):
+        payoff.count(committed)
+        clock.now += seconds
+        committed += tokens
+    payoff.count(committed)
+
+
+def test_payoff_judges_only_after_enough_shared_passes() -> None:
+    clock = Clock()
+    payoff = Payoff(alone_step_s=0.02, clock=clock)
+    assert not payoff.losing()  # nothing counted
+    passes(payoff, clock, seconds=0.03, tokens=1, count=MIN_SHARED_PASSES - 1)
+    assert not payoff.losing() and not payoff.lost
+    passes(payoff, clock, seconds=0.03, tokens=1, count=1)
+    assert payoff.losing() and payoff.lost  # 1 token per 30 ms shared < 1 per 20 ms alone
+
+
+@pytest.mark.parametrize(
+    ("seconds", "tokens", "losing"),
+    [
+        (0.03, 1, True),  # plain steps on the target's share: the drafter is behind
+        (0.035, 1, True),  # verify passes whose candidates are rejected: a wrong drafter
+        (0.035, 4, False),  # 4 tokens per verify: it pays
+        (0.019, 1, False),  # a share as fast as every core (e.g. a GPU-bound target)
+    ],
+)
+def test_payoff_compares_the_shared_rate_with_the_alone_rate(
+    seconds: float, tokens: int, losing: bool
+) -> None:
+    clock = Clock()
+    payoff = Payoff(alone_step_s=0.02, clock=clock)
+    passes(payoff, clock, seconds, tokens, count=2 * MIN_SHARED_PASSES)
+    assert payoff.losing() is losing
+
+
+def test_payoff_without_an_alone_cost_never_loses() -> None:
+    clock = Clock()
+    payoff = Payoff(alone_step_s=None, clock=clock)
+    passes(payoff, clock, seconds=1.0, tokens=1, count=2 * MIN_SHARED_PASSES)
+    assert not payoff.losing()

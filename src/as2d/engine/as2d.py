@@ -11,8 +11,9 @@ Without a drafter (`drafter=None`) it is prompt/history lookup decoding (`pld`).
 
 from __future__ import annotations
 
+import time
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
@@ -29,12 +30,20 @@ from as2d.runtime.drafter import DrafterProcess
 from as2d.types import DrafterActivity, Window
 from as2d.verify import Rule
 
+MIN_SHARED_PASSES = 4  # passes a window's drafter shares the cores before `Payoff` judges it
+PROBE_EVERY = 4  # a drafter that did not pay keeps its cores for this window's encoder
+
 
 class SpeculativeDecoder:
     """Decodes windows with candidates from a drafter process and from earlier output.
 
     Window numbers given to the drafter run on across recordings (the drafter process
     lives as long as the decoder); `base` maps a recording's window i to `base + i`.
+
+    `cores`: (the target's threads, the drafter's) where the target may take the drafter's
+    cores (`CoreLoan`): for its encoder once the drafter can spare them, and while decoding
+    once the drafter is idle or does not pay for its cores (`Payoff`, against
+    `alone_step_s`, the target's plain step on every core). None: each keeps its own.
     """
 
     def __init__(
@@ -45,6 +54,8 @@ class SpeculativeDecoder:
         drafter: DrafterProcess | None = None,
         max_k: int = 16,
         leading_space: bool = True,
+        cores: tuple[int, int] | None = None,
+        alone_step_s: float | None = None,
     ) -> None:
         self.target = target
         self.tokenizer = tokenizer  # the target's: drafter text is re-encoded with it
@@ -53,6 +64,9 @@ class SpeculativeDecoder:
         self.policy = policy
         self.drafter = drafter
         self.max_k = max_k
+        self.cores = cores
+        self.alone_step_s = alone_step_s
+        self._unpaid = 0  # windows in a row whose drafter did not pay for its cores
         self.history = HistoryLookup()
         self.base = 0  # drafter window number of the current recording's window 0
 
@@ -92,26 +106,55 @@ class SpeculativeDecoder:
         sources: list[CandidateSource] = [self.history]
         if request:
             sources.insert(0, PromptLookup(request, max_ngram=4))
-        if self.drafter is not None:
-            index = self.base + window.index
-            stream = DraftTokens(self.drafter, index, self.tokenizer, self.leading_space)
+        index = self.base + window.index
+        d = self.drafter
+        if d is not None:
+            stream = DraftTokens(d, index, self.tokenizer, self.leading_space)
             sources.insert(0, DrafterStreamSource(stream.tokens, key=self.word_keys))
-        tokens, counts = speculative_decode(
-            self.target, encoded, prompt, sources, self.policy, self.max_k, rule
-        )
-        if self.drafter is not None:
-            self.drafter.release(self.base + window.index)
+        payoff = Payoff(self.alone_step_s)
+        with self.lend_cores(window, lambda: d is None or d.idle or payoff.losing()) as loan:
+
+            def before_pass(committed: int) -> bool:
+                payoff.count(committed)
+                return loan.take()
+
+            tokens, counts = speculative_decode(
+                self.target, encoded, prompt, sources, self.policy, self.max_k, rule,
+                before_pass if self.cores else None,
+            )  # fmt: skip
+        self._unpaid = self._unpaid + 1 if payoff.lost else 0
+        if d is not None:
+            d.release(index)
         self.history.end_window()
         return tokens, counts
 
     @contextmanager
-    def lend_cores(self, window: Window, threads: int, extra: int) -> Iterator[CoreLoan]:
-        """The drafter's cores for the target's encoder of `window` (see `CoreLoan`)."""
-        loan = CoreLoan(self.drafter, self.base + window.index, threads, extra)
+    def lend_cores(
+        self, window: Window, ready: Callable[[], bool] | None = None
+    ) -> Iterator[CoreLoan]:
+        """The drafter's cores for the target while it works on `window` (see `CoreLoan`):
+        by default for its encoder, once the drafter can spare them (`encoder_ready`);
+        `ready()` says when otherwise. Without `cores`, a loan that takes nothing."""
+        index = self.base + window.index
+        threads, extra = self.cores or (torch.get_num_threads(), 0)
+        when = ready or (lambda: self.encoder_ready(index))
+        loan = CoreLoan(self.drafter, index, threads, extra, when, self.policy)
+        if self.cores is None:
+            loan.taken = True  # nothing to lend
         try:
             yield loan
         finally:
-            loan.close()
+            if self.cores is not None:
+                loan.close()
+
+    def encoder_ready(self, index: int) -> bool:
+        """Whether the drafter can spare its cores for the target's encoder of window
+        `index`: it is far enough into the window (`DrafterProcess.spare`), or it did not pay
+        for them in the windows before (then every `PROBE_EVERY`-th window it drafts as usual,
+        so that a drafter that pays again is noticed)."""
+        d = self.drafter
+        skip = self._unpaid > 0 and self._unpaid % PROBE_EVERY != 0
+        return d is None or skip or d.spare(index)
 
     def activity(self) -> DrafterActivity | None:
         """The drafter's work so far (None without a drafter)."""
@@ -130,9 +173,49 @@ class SpeculativeDecoder:
             self.drafter.submit(replace(window, index=index))
 
 
+class Payoff:
+    """Whether a window's decoding gains from leaving the drafter its cores.
+
+    While the drafter runs, the target decodes on its share of the cores; alone it would
+    step on all of them in `alone_step_s`. Once `MIN_SHARED_PASSES` passes ran shared, the
+    tokens the target committed per second since its first pass are compared with one token
+    per `alone_step_s`: `losing` once they are fewer (a wrong drafter, one too slow to keep
+    ahead, or a window too short to pay for it). Measured in the window itself, so a drafter
+    that did not pay in one window is judged afresh in the next.
+    """
+
+    def __init__(
+        self, alone_step_s: float | None, clock: Callable[[], float] = time.perf_counter
+    ) -> None:
+        self.alone_step_s = alone_step_s
+        self.passes = 0  # passes that ran since the first was counted
+        self.lost = False  # `losing` answered True
+        self._clock = clock
+        self._start: float | None = None
+        self._now = 0.0
+        self._first = self._committed = 0
+
+    def count(self, committed: int) -> None:
+        """A pass is about to run, with `committed` output tokens so far."""
+        now = self._clock()
+        if self._start is None:
+            self._start, self._first = now, committed
+        else:
+            self.passes += 1
+        self._now, self._committed = now, committed
+
+    def losing(self) -> bool:
+        """Whether the target would have committed more tokens alone on every core."""
+        if self._start is None or self.alone_step_s is None or self.passes < MIN_SHARED_PASSES:
+            return False
+        tokens, seconds = self._committed - self._first, self._now - self._start
+        self.lost = tokens * self.alone_step_s < seconds
+        return self.lost
+
+
 class CoreLoan:
-    """The drafter's cores lent to the target for one window's encoder, as soon as it can spare
-    them.
+    """The drafter's cores lent to the target, for one window's encoder or decoding, as soon
+    as it can spare them.
 
     The encoder is most of a window's target time and takes about half as long on two cores
     as on one. `take` is called before the encoder and between its layers (`Target.encode`):
@@ -143,37 +226,53 @@ class CoreLoan:
     (asterisk + piper long-form, 2 recordings: lending always 1.41x end to end; only when the
     drafter had encoded the window by the encoder's start 1.49x; ct2:whisper-tiny.en on the
     bench set, stopped once past its encoder rather than done: 18.9 % plain steps, not 7.5 %).
+    While decoding, `take` is called before each target pass (`speculative_decode`).
 
     Args:
         drafter: the drafter process (None, or lost: the cores are free).
         index: the window, in the drafter's numbering.
         threads: the target's own threads.
         extra: the drafter's threads, added to the target's while lent.
+        ready: whether the drafter can spare its cores now (default: `DrafterProcess.spare`).
+        policy: told when the target runs alone (`BudgetPolicy.alone`), if given.
     """
 
     def __init__(
-        self, drafter: DrafterProcess | None, index: int, threads: int, extra: int
+        self,
+        drafter: DrafterProcess | None,
+        index: int,
+        threads: int,
+        extra: int,
+        ready: Callable[[], bool] | None = None,
+        policy: BudgetPolicy | None = None,
     ) -> None:
         self.drafter = drafter
         self.index = index
         self.threads = threads
         self.extra = extra
+        self.ready = ready or (lambda: drafter is not None and drafter.spare(index))
+        self.policy = policy
         self.taken = False
 
-    def take(self) -> None:
-        """Takes the drafter's cores if it can spare them now (once per loan)."""
+    def take(self) -> bool:
+        """Takes the drafter's cores if it can spare them now (once per loan); whether taken."""
         d = self.drafter
         if self.taken:
-            return
+            return True
         if d is not None:
             d.poll()
-            if d.alive and not (d.spare(self.index) and d.stop()):
-                return
+            if d.alive and not (self.ready() and d.stop()):
+                return False
         torch.set_num_threads(self.threads + self.extra)
+        if self.policy is not None:
+            self.policy.alone(True)
         self.taken = True
+        return True
 
     def close(self) -> None:
         """Gives the cores back: the drafter goes on, the target keeps its own threads."""
         if self.drafter is not None:
             self.drafter.resume()
         torch.set_num_threads(self.threads)
+        if self.policy is not None:
+            self.policy.alone(False)

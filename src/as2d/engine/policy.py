@@ -173,6 +173,10 @@ class BudgetPolicy(Protocol):
         """The candidate to verify and its budget; (None, 0) for a plain step."""
         ...
 
+    def alone(self, alone: bool) -> None:
+        """The target runs on every core (True) or on its share (False) from now on."""
+        ...
+
 
 class FixedBudget:
     """Always verify up to k tokens (the catalog's fixed configurations; k = 0 is target-only).
@@ -199,6 +203,9 @@ class FixedBudget:
         best = max(candidates, key=lambda c: len(c.tokens))
         return best, self.choose(len(best.tokens), best.source)
 
+    def alone(self, alone: bool) -> None:
+        """A fixed budget does not depend on the cost."""
+
 
 class AutoBudget:
     """Expected-throughput budget: per-source alpha estimates against the measured cost.
@@ -206,10 +213,14 @@ class AutoBudget:
     A source whose alpha fell so low that it always loses to a plain step is still probed
     with its best k >= 1 after `probe_every` declined candidates, so it can recover.
 
+    A drafter process runs on cores the target could use: with the target on its share,
+    passes cost `cost`; once it takes the drafter's cores too (`alone(True)`), `alone_cost`.
+
     Args:
-        cost: measured pass latency per budget.
+        cost: measured pass latency per budget, the target on its share of the cores.
         estimate: per-source acceptance estimates; a default one if None.
         probe_every: declined candidates of one source between probes (0: never probe).
+        alone_cost: the same on every core (None: the same as `cost`).
 
     Example:
         policy = AutoBudget(CostModel((1.0, 1.1, 1.2, 1.6)))
@@ -221,8 +232,10 @@ class AutoBudget:
         cost: CostModel,
         estimate: AcceptanceEstimate | None = None,
         probe_every: int = 32,
+        alone_cost: CostModel | None = None,
     ) -> None:
-        self.cost = cost
+        self.shared_cost = self.cost = cost
+        self.alone_cost = alone_cost or cost
         self.estimate = estimate if estimate is not None else AcceptanceEstimate()
         self._probe_every = probe_every
         self._declined: dict[str, int] = {}  # consecutive declined candidates per source
@@ -254,6 +267,10 @@ class AutoBudget:
             if k > 0 and (best[0] is None or rate > best_rate):
                 best, best_rate = (candidate, k), rate
         return best
+
+    def alone(self, alone: bool) -> None:
+        """Chooses budgets with the cost of the target on every core, or on its share."""
+        self.cost = self.alone_cost if alone else self.shared_cost
 
     def _best_positive_k(self, alpha: float, available: int) -> int:
         """The best budget among k >= 1 (for a probe)."""

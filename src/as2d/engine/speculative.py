@@ -17,7 +17,7 @@ decided from those scores, which are target-only's own.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +36,7 @@ class StepCounts:
     accepted_tokens: int = 0  # candidate tokens the target agreed with
     drafted_tokens: int = 0  # candidate tokens sent to verification
     guarded: int = 0  # positions recomputed as target-only computes them (unsure decisions)
+    alone: int = 0  # passes the target ran on every core, the drafter's included
     min_margin: float | None = None  # the closest a decision came to flipping (see Verdict)
 
     def saw(self, margin: float) -> None:
@@ -52,6 +53,7 @@ def speculative_decode(
     policy: BudgetPolicy,
     max_k: int = 16,
     rule: Rule | None = None,
+    before_pass: Callable[[int], bool] | None = None,
 ) -> tuple[list[int], StepCounts]:
     """Decoding with candidates: greedy output equals `decode_target_only`'s token for token;
     sampled output has exactly its distribution.
@@ -64,6 +66,9 @@ def speculative_decode(
         policy: picks the candidate and budget k.
         max_k: the most candidate tokens asked of a source.
         rule: Greedy() (default) or Sampling(temperature, generator), with the guard's bound.
+        before_pass: called with the number of output tokens committed before each pass
+            after the prefill: whether the target runs it on every core (`CoreLoan.take`;
+            counted in `StepCounts.alone`).
 
     Returns:
         The output tokens (without prompt or end-of-text) and the step counts.
@@ -74,6 +79,8 @@ def speculative_decode(
     while pending not in target.eot_ids and target.length < target.max_length:
         window.tokens.append(pending)
         room = target.max_length - target.length - 1  # cache positions left after `pending`
+        if before_pass is not None and before_pass(len(window.tokens)):
+            window.counts.alone += 1
         candidate, k = _pick(sources, policy, window.tokens, min(max_k, room))
         if candidate is None:
             pending = window.step(pending)

@@ -28,7 +28,7 @@ class Target(Protocol[Encoded]):
     max_length: int  # decoder positions, prompt included
     length: int  # positions held in the KV cache
 
-    def encode(self, audio: np.ndarray, between: Callable[[], None] | None = None) -> Encoded:
+    def encode(self, audio: np.ndarray, between: Callable[[], object] | None = None) -> Encoded:
         """Audio features and encoder forward for one window ([samples] float32, 16 kHz).
 
         `between` is called before the encoder and between pieces of its work (Whisper: its

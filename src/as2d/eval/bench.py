@@ -185,7 +185,7 @@ def _warm_up(loaded: Loaded, configs: Sequence[Config], recording: Recording) ->
     """Every configuration decodes the first WARM_UP_S of `recording`, untimed."""
     audio = load_audio(recording.audio)[: int(WARM_UP_S * SAMPLE_RATE)]
     for config in configs:
-        _decode(loaded.use(config), audio)
+        _decode(loaded.use(config), audio, recording.language)
 
 
 def _measure(loaded: Loaded, bench: BenchRun, settings: BenchSettings) -> Iterator[RecordingRun]:
@@ -200,7 +200,7 @@ def _measure(loaded: Loaded, bench: BenchRun, settings: BenchSettings) -> Iterat
                     wait_quiet(settings.quiet_wait_s)
                 waited = time.perf_counter() - started
                 transcriber = loaded.use(config)
-                windows, stats = _decode(transcriber, recording.audio)
+                windows, stats = _decode(transcriber, recording.audio, recording.language)
                 threads = thread_split(transcriber.options)[0]
                 yield RecordingRun(
                     config, recording, repeat, position, threads, windows, stats, waited
@@ -218,12 +218,15 @@ def rotation(items: Sequence[T], shift: int) -> list[T]:
     return [*items[shift:], *items[:shift]]
 
 
-def _decode(transcriber: Transcriber, audio: AudioInput) -> tuple[list[WindowResult], RunStats]:
-    """One recording (a path or samples) with a fresh history, at the config's threads."""
+def _decode(
+    transcriber: Transcriber, audio: AudioInput, language: str | None
+) -> tuple[list[WindowResult], RunStats]:
+    """One recording (a path or samples) in `language` (unless the run has one), with a fresh
+    history, at the config's threads."""
     torch.set_num_threads(thread_split(transcriber.options)[0])  # process-wide: set per decode
     if isinstance(transcriber.speculative, SpeculativeDecoder):
         transcriber.speculative.history = HistoryLookup()
-    run = transcriber.transcribe(audio)
+    run = transcriber.transcribe(audio, language)
     windows = list(run)
     return windows, run.stats
 

@@ -57,9 +57,8 @@ def external_reference(bench: BenchRun, settings: BenchSettings) -> list[dict[st
         for recording in bench.recordings:
             for compute in rotation(list(COMPUTE_TYPES), turn):
                 start = time.perf_counter()
-                tokens = _decode(
-                    models[compute], windows[recording.name], language, settings.base.task
-                )
+                said = language or recording.language
+                tokens = _decode(models[compute], windows[recording.name], said, settings.base.task)
                 totals[compute][0] += tokens
                 totals[compute][1] += time.perf_counter() - start
             turn += 1

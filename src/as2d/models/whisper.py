@@ -174,7 +174,9 @@ class WhisperTarget:
         return self.detect_language(encoded)
 
     @torch.inference_mode()
-    def encode(self, audio: np.ndarray, between: Callable[[], None] | None = None) -> EncodedAudio:
+    def encode(
+        self, audio: np.ndarray, between: Callable[[], object] | None = None
+    ) -> EncodedAudio:
         """Log-mel features of a ≤ 30 s window (padded to 30 s) and the encoder forward.
 
         `between`: called before the encoder and before each of its layers.
@@ -275,10 +277,14 @@ class WhisperTarget:
         return scores
 
 
-def _call_before_layers(layers: Iterable[torch.nn.Module], call: Callable[[], None]) -> list[Any]:
+def _call_before_layers(layers: Iterable[torch.nn.Module], call: Callable[[], object]) -> list[Any]:
     """Calls `call` now and before every forward of each layer; returns the hooks' handles."""
+
+    def hook(*_: object) -> None:  # returns None: a pre-hook's result would replace the inputs
+        call()
+
     call()
-    return [layer.register_forward_pre_hook(lambda *_: call()) for layer in layers]
+    return [layer.register_forward_pre_hook(hook) for layer in layers]
 
 
 def _causal_mask(n: int, start: int, device: torch.device) -> torch.Tensor | None:
