@@ -27,6 +27,11 @@ class Window:
     end: float
     audio: np.ndarray = field(repr=False)
 
+    @property
+    def duration(self) -> float:
+        """Seconds of audio."""
+        return len(self.audio) / SAMPLE_RATE
+
 
 @dataclass
 class WindowResult:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from as2d.drafting.sources import Candidate
-from as2d.engine.as2d import MIN_SHARED_PASSES, Payoff
+from as2d.engine.as2d import MIN_SHARED_PASSES, PROBE_EVERY, RECENT_WINDOWS, DraftGate, Payoff
 from as2d.engine.policy import (
     AcceptanceEstimate,
     AutoBudget,
@@ -219,3 +219,49 @@ def test_payoff_without_an_alone_cost_never_loses() -> None:
     payoff = Payoff(alone_step_s=None, clock=clock)
     passes(payoff, clock, seconds=1.0, tokens=1, count=2 * MIN_SHARED_PASSES)
     assert not payoff.losing()
+
+
+# ---------------------------------------------------------------- which windows to draft
+
+# whisper-tiny.en on one core (encoder s, step s), whisper-base's step on both (measured here)
+TINY_EN = (0.12, 0.006)
+BASE_STEP_S = 0.0097
+
+
+def test_draft_gate_leaves_short_windows_to_the_target() -> None:
+    """A few seconds of speech hold too few tokens to pay for the drafter's encoder."""
+    gate = DraftGate(BASE_STEP_S, cores=(1, 1))
+    assert not gate.pays(3.0, TINY_EN)
+    assert gate.pays(25.0, TINY_EN)
+
+
+def test_draft_gate_drafts_while_a_cost_is_unknown() -> None:
+    assert DraftGate(BASE_STEP_S, cores=(1, 1)).pays(1.0, None)
+    assert DraftGate(None, cores=(1, 1)).pays(1.0, TINY_EN)
+
+
+def test_draft_gate_learns_the_token_rate() -> None:
+    """Dense speech (spelled digits) holds more tokens a second: shorter windows pay."""
+    gate = DraftGate(BASE_STEP_S, cores=(1, 1))
+    assert not gate.pays(6.0, TINY_EN)
+    for _ in range(RECENT_WINDOWS):
+        gate.observe(6.0, 60, 55, drafted=True)  # 10 tokens a second, nearly all from drafts
+    assert gate.pays(6.0, TINY_EN)
+
+
+def test_draft_gate_stops_drafting_for_a_wrong_drafter_but_probes_it() -> None:
+    gate = DraftGate(BASE_STEP_S, cores=(1, 1))
+    for _ in range(RECENT_WINDOWS):
+        gate.observe(25.0, 75, 0, drafted=True)  # nothing committed from its drafts
+    decisions = [gate.pays(25.0, TINY_EN) for _ in range(2 * PROBE_EVERY)]
+    assert decisions.count(True) == 2 and decisions[PROBE_EVERY - 1]
+    for _ in range(RECENT_WINDOWS):
+        gate.observe(25.0, 75, 70, drafted=True)  # it agrees again
+    assert gate.pays(25.0, TINY_EN)
+
+
+def test_draft_gate_counts_only_drafted_windows_for_accuracy() -> None:
+    gate = DraftGate(BASE_STEP_S, cores=(1, 1))
+    for _ in range(RECENT_WINDOWS):
+        gate.observe(3.0, 9, 0, drafted=False)  # short windows the target decoded alone
+    assert gate.pays(25.0, TINY_EN)

@@ -97,6 +97,14 @@ def test_torch_drafter_streams_text_token_by_token(clip: np.ndarray) -> None:
         assert interval.index == 0 and interval.finished and interval.tokens >= 15
         assert 0 < interval.encode_s < interval.end - interval.start == drafter.busy_s
         assert drafter.windows_drafted == 1
+        assert_costs_measured(drafter)
+
+
+def assert_costs_measured(drafter: DrafterProcess) -> None:
+    """Start-up's warm-up timed the drafter's encoder and a step (what `DraftGate` weighs)."""
+    assert drafter.warm_costs is not None
+    encode_s, step_s = drafter.warm_costs
+    assert 0 < step_s < encode_s < 5, drafter.warm_costs
 
 
 @pytest.mark.slow
@@ -318,6 +326,7 @@ def test_ct2_drafter_publishes_the_window_text(clip: np.ndarray, ct2_ready: None
         assert drafter.intervals[0].tokens >= 15
         start = time.perf_counter()  # the child's times are on the parent's clock
         assert start - 60 < drafter.intervals[0].start < drafter.intervals[0].end <= start
+        assert_costs_measured(drafter)
 
 
 # The parent's main module imports torch; spawn must not run it again in the child.

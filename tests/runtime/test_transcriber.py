@@ -5,16 +5,20 @@ from __future__ import annotations
 import multiprocessing
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import torch
 
 from as2d.api import Transcriber
+from as2d.audio.load import load_audio
 from as2d.models.bundled import ModelNotFoundError, ct2_dir
 from as2d.options import Options
 from as2d.runtime.drafter import DrafterProcess, DrafterSpec
+from as2d.types import SAMPLE_RATE
 
 CT2_TINY = "ct2:whisper-tiny.en"
+DATA = Path(__file__).parent.parent / "data"
 
 
 @pytest.fixture
@@ -73,3 +77,28 @@ def test_close_gives_back_the_thread_count(method: str, caller_threads: int) -> 
         assert torch.get_num_threads() == transcriber.threads != caller_threads
     assert torch.get_num_threads() == caller_threads
     assert set(multiprocessing.active_children()) == before
+
+
+@pytest.mark.slow
+def test_a_short_request_is_decoded_alone_on_every_core_and_a_long_one_drafted(
+    ct2_ready: None,
+) -> None:
+    """A few seconds of speech cannot pay for the drafter's encoder (`DraftGate`): the target
+    decodes 2 s alone on every core, prefill included, as target-only does; 30 s of speech is
+    drafted. Output equal to target-only's either way."""
+    short = load_audio(DATA / "asterisk" / "en" / "vm-newuser.wav")[: 2 * SAMPLE_RATE]
+    long = load_audio(DATA / "long_en.flac")[: 30 * SAMPLE_RATE]
+    common = {"target": "whisper-base", "language": "en"}
+    with Transcriber(Options(**common, method="target")) as target_only:
+        expected = [[w.token_ids for w in target_only.transcribe(a)] for a in (short, long)]
+    with Transcriber(Options(**common, method="as2d", drafter=CT2_TINY)) as as2d:
+        (window,) = as2d.transcribe(short)
+        drafter = as2d.speculative.activity() if as2d.speculative else None
+        assert drafter is not None and drafter.windows_drafted == 0
+        assert window.token_ids == expected[0][0]
+        assert window.alone == window.verify_passes + window.plain_steps > 0
+        long_windows = list(as2d.transcribe(long))
+        drafter = as2d.speculative.activity() if as2d.speculative else None
+        assert drafter is not None and drafter.windows_drafted >= 1
+        assert [w.token_ids for w in long_windows] == expected[1]
+        assert sum(w.accepted_tokens for w in long_windows) > 0

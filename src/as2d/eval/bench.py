@@ -148,7 +148,9 @@ class Loaded:
         return transcriber
 
     def close(self) -> None:
-        for transcriber in {id(t): t for t in self.transcribers.values()}.values():
+        """Closes the transcribers last built first, so the thread count ends as it began."""
+        unique = {id(t): t for t in self.transcribers.values()}.values()
+        for transcriber in reversed(list(unique)):
             transcriber.close()
 
 

@@ -12,7 +12,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter, ScalarFormatter
 
 from as2d.eval.catalog import Config
-from as2d.eval.timeline import Timeline, plot_timeline
+from as2d.writers import atomic_path
 
 if TYPE_CHECKING:
     from as2d.eval.report import ConfigSummary, Measured
@@ -75,15 +75,7 @@ def plot_cdf(configs: Sequence[Config], m: Measured, path: Path) -> None:
 _DASHES = [(0, (4, 1.5)), (0, (1, 1)), (0, (4, 1.5, 1, 1.5)), (0, (8, 2))]  # fixed budgets
 
 
-def save_timeline(timeline: Timeline, path: Path) -> None:
-    """`plot_timeline`, written atomically."""
-    partial = path.with_name(f".{path.name}.partial.png")
-    plot_timeline(timeline, partial)
-    partial.replace(path)
-
-
 def _save(fig: Figure, path: Path) -> None:
-    """Save atomically: to a temporary name beside `path`, then rename."""
-    partial = path.with_name(f".{path.name}.partial.png")
-    fig.savefig(partial, dpi=120)
-    partial.replace(path)
+    """Save as PNG, atomically."""
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=120, format="png")

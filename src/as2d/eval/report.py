@@ -25,7 +25,8 @@ from as2d.eval.catalog import TARGET_ONLY, Config
 from as2d.eval.machine import describe
 from as2d.eval.metrics import wer
 from as2d.eval.oracle import WindowKey, held_out_oracle, hindsight_oracle, pooled_tokens_per_s
-from as2d.eval.plots import plot_cdf, plot_speedups, save_timeline
+from as2d.eval.plots import plot_cdf, plot_speedups
+from as2d.eval.timeline import plot_timeline
 from as2d.writers import write_atomic
 
 ORACLE_METHOD = "as2d"  # the oracle picks among this method's configurations (+ target-only)
@@ -242,7 +243,7 @@ def write_outputs(bench: BenchRun, out: Path, info: RunInfo) -> dict[str, object
     plot_speedups(rows, m.baseline.name, out / "speedup.png")
     plot_cdf(bench.configs, m, out / "window_speedup_cdf.png")
     if bench.timeline is not None:
-        save_timeline(bench.timeline, out / "timeline.png")
+        plot_timeline(bench.timeline, out / "timeline.png")
     write_atomic(out / "report.md", render_report(content, rows, bench))
     return content
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from as2d.runtime.drafter import BusyInterval, DrafterProcess
 from as2d.types import RunStats, WindowResult
-from as2d.writers import FileResult
+from as2d.writers import FileResult, atomic_path
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -160,7 +160,8 @@ def timeline_path(path: Path, input_file: str, several: bool) -> Path:
 
 
 def plot_timeline(timeline: Timeline, path: Path) -> None:
-    """Draws `timeline` into a PNG at `path` (matplotlib's Agg canvas, no pyplot state)."""
+    """Draws `timeline` into a PNG at `path`, written atomically (matplotlib's Agg canvas, no
+    pyplot state)."""
     from matplotlib.figure import Figure
 
     lanes = [("target", timeline.target, TARGET_COLORS)]
@@ -181,7 +182,8 @@ def plot_timeline(timeline: Timeline, path: Path) -> None:
     ax.grid(axis="x", alpha=0.3)
     ax.set_title(timeline.title, loc="left", fontsize=10)
     ax.legend(handles=_legend(bool(timeline.drafter)), loc="upper left", bbox_to_anchor=(1, 1))
-    fig.savefig(path, dpi=110)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
 
 
 def _legend(with_drafter: bool) -> list[Patch]:

@@ -29,7 +29,7 @@ when the slot is reused is one the target no longer wants (the child abandons it
 Messages from the child (times are `time.perf_counter()`: CLOCK_MONOTONIC on Linux,
 one system-wide clock, so child and parent times are directly comparable):
 
-    ("ready", t)                             model loaded
+    ("ready", t, encode_s, step_s)           model loaded; its warm-up's encoder and step times
     ("start", index, t) / ("encoded", index, t)
     ("text", index, keep, delta)             window text is now text[:keep] + delta
     ("done", index, start, end, tokens, finished)
@@ -125,6 +125,9 @@ class DrafterProcess:
         self.lost = False
         self.reason: str | None = None  # why the drafter was lost
         self.ready = False  # model loaded
+        # Start-up's (encoder s, step s), timed on the drafter's own cores with nothing stopping
+        # it; a window's times include the SIGSTOPs of core loans (`stop`).
+        self.warm_costs: tuple[float, float] | None = None
         self.intervals: list[BusyInterval] = []  # one small record per window drafted
         self._ctx = mp.get_context("spawn")
         self._process: Any = None
@@ -354,7 +357,7 @@ class DrafterProcess:
         elif kind == "done":
             self._finish(*args)
         elif kind == "ready":
-            self.ready = True
+            self.ready, self.warm_costs = True, (args[1], args[2])
         elif kind == "error":
             self._lose(f"drafter failed: {args[0]}")
 

@@ -30,6 +30,7 @@ from as2d.types import N_SAMPLES
 
 _IDLE_CHECK_S = 0.5  # an idle child checks this often that its parent is still alive
 _PR_SET_PDEATHSIG = 1  # prctl option (Linux): a signal the kernel sends when the parent dies
+_WARM_STEPS = 8  # decoder steps timed at start-up
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,25 @@ class _ChildDrafter(Protocol):
         """Greedy decoding; yields (tokens so far, their text) as the text grows."""
         ...
 
+    def warm_up(self) -> tuple[float, float]:
+        """Makes the first calls; returns the seconds of a window's encoder and of a token."""
+        ...
+
+
+def _timed_encode(drafter: _ChildDrafter) -> tuple[Any, float]:
+    """A silent window encoded twice (the first call pays one-off set-up); the second's time."""
+    silence = np.zeros(N_SAMPLES // 30, np.float32)  # any length: padded to 30 s
+    drafter.encode(silence)
+    start = time.perf_counter()
+    encoded = drafter.encode(silence)
+    return encoded, time.perf_counter() - start
+
+
+def _warm_prompt(tokenizer: WhisperTokenizer, spec: DrafterSpec) -> list[int]:
+    """The prompt of the warm-up steps: the spec's language, else English."""
+    language = (spec.language or "en") if tokenizer.multilingual else None
+    return tokenizer.prompt(language, spec.task)
+
 
 class _TorchDrafter:
     """Any Whisper through the lean `WhisperTarget` decoder, yielding text after every token.
@@ -80,6 +100,14 @@ class _TorchDrafter:
 
     def encode(self, audio: np.ndarray) -> Any:
         return self.model.encode(audio)
+
+    def warm_up(self) -> tuple[float, float]:
+        encoded, encode_s = _timed_encode(self)
+        self.model.prefill(encoded, _warm_prompt(self.tokenizer, self.spec))
+        start = time.perf_counter()
+        for _ in range(_WARM_STEPS):
+            self.model.forward([self.tokenizer.eot])  # any token: a step costs the same
+        return encode_s, (time.perf_counter() - start) / _WARM_STEPS
 
     def texts(self, encoded: Any) -> Iterator[tuple[int, str]]:
         language = self.spec.language
@@ -120,6 +148,21 @@ class _CT2Drafter:
         padded = np.pad(audio[:N_SAMPLES], (0, max(0, N_SAMPLES - len(audio))))
         feats = self.features(padded, padding=0)[np.newaxis]  # [1, n_mels, 3000]
         return self.model.encode(self.storage.from_array(feats.astype(np.float32)))
+
+    def warm_up(self) -> tuple[float, float]:
+        encoded, encode_s = _timed_encode(self)
+        prompt = _warm_prompt(self.tokenizer, self.spec)
+
+        def generate(tokens: int) -> tuple[int, float]:  # end-of-text suppressed: `tokens` made
+            start = time.perf_counter()
+            (result,) = self.model.generate(
+                encoded, [prompt], beam_size=1, max_length=len(prompt) + tokens,
+                suppress_tokens=[-1, self.tokenizer.eot], suppress_blank=False,
+            )  # fmt: skip
+            return len(result.sequences_ids[0]), time.perf_counter() - start
+
+        (few, few_s), (more, more_s) = generate(1), generate(1 + _WARM_STEPS)
+        return encode_s, max(0.0, more_s - few_s) / max(1, more - few)
 
     def texts(self, encoded: Any) -> Iterator[tuple[int, str]]:
         language = self.spec.language
@@ -236,7 +279,7 @@ def child_main(spec: DrafterSpec, link: ChildLink) -> None:
     try:
         ct2 = spec.ct2_model
         drafter: _ChildDrafter = _CT2Drafter(spec, ct2) if ct2 else _TorchDrafter(spec)
-        out.send("ready", time.perf_counter())
+        out.send("ready", time.perf_counter(), *drafter.warm_up())
         while (item := _next_window(link)) is not None:
             index, audio = item
             if index > link.released.value:
