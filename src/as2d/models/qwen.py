@@ -25,6 +25,7 @@ and features the processor's.
 from __future__ import annotations
 
 import warnings
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -104,7 +105,7 @@ class ChatProcessing:
     features: Any  # Whisper log-mel feature extractor, as in preprocessor_config.json
 
 
-class ChatAudioTarget:
+class ChatAudioTarget(ABC):
     """Greedy-decoding target around a Qwen audio LLM: prefill, forward k tokens, roll back.
 
     Subclasses own one family: its model class, `config.model_type` values, audio tower call
@@ -185,9 +186,10 @@ class ChatAudioTarget:
         features = out.input_features.to(self.device, self.dtype)  # [1, n_mels, 3000]
         return EncodedWindow(features, mask, self._audio_features(features, mask))
 
+    @abstractmethod
     def _audio_features(self, features: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """[1, n_mels, 3000] features, [1, 3000] mask -> [audio_tokens, d] audio embeddings."""
-        raise NotImplementedError
+        """[1, n_mels, 3000] features, [1, 3000] mask -> [audio_tokens, d] audio embeddings
+        (each family calls its own audio tower)."""
 
     def prompt(self, encoded: EncodedWindow, request: Request) -> list[int]:
         """The checkpoint's chat prompt for one user turn (the audio, then the request) and the
