@@ -189,14 +189,16 @@ class Transcriber:
         if o.method == "target":
             return None
         policy = self.budget_policy(o.budget, encoded, threads)
-        cores, alone_step_s = None, None
+        cores, alone_step_s, shared_step_s = None, None, None
         if drafter is not None and o.lend_cores and o.device == "cpu":
             cores = (threads, self.drafter_threads)
             alone_step_s = self._cost(encoded, threads + self.drafter_threads)[0]
+            shared_step_s = self._cost(encoded, threads)[0]
         t = self.target
         return SpeculativeDecoder(
-            t, self.tokenizer, policy, drafter, o.max_k, t.leading_space, cores, alone_step_s
-        )
+            t, self.tokenizer, policy, drafter, o.max_k, t.leading_space, cores, alone_step_s,
+            shared_step_s,
+        )  # fmt: skip
 
     def budget_policy(self, budget: int | None, encoded: Any, threads: int) -> BudgetPolicy:
         """A fixed budget k, or (None) k chosen per step from this target's measured cost

@@ -235,6 +235,19 @@ def test_draft_gate_leaves_short_windows_to_the_target() -> None:
     assert gate.pays(25.0, TINY_EN)
 
 
+def test_draft_gate_weighs_the_drafter_s_steps_by_what_sharing_costs_the_target() -> None:
+    """Where the target's step is no faster on every core than on its own threads (an older
+    EPYC, measured: 21-24 ms either way), the drafter's steps cost it nothing, its encoder
+    still half the target's cores: windows pay from a shorter length."""
+    slow_encoder = (1.4, 0.011)  # whisper-tiny.en on one core of that machine
+    scaling = DraftGate(0.0217, cores=(1, 1), shared_step_s=2 * 0.0217)
+    flat = DraftGate(0.0217, cores=(1, 1), shared_step_s=0.0215)
+    assert scaling.step_loss == 0.5 and flat.step_loss == 0.0
+    assert not scaling.pays(30.0, slow_encoder)
+    assert flat.pays(30.0, slow_encoder)
+    assert not flat.pays(3.0, slow_encoder)
+
+
 def test_draft_gate_drafts_while_a_cost_is_unknown() -> None:
     assert DraftGate(BASE_STEP_S, cores=(1, 1)).pays(1.0, None)
     assert DraftGate(None, cores=(1, 1)).pays(1.0, TINY_EN)

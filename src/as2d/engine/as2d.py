@@ -49,6 +49,7 @@ class SpeculativeDecoder:
     cores (`CoreLoan`): for its encoder once the drafter can spare them, and while decoding
     once the drafter is idle or does not pay for its cores (`Payoff`, against
     `alone_step_s`, the target's plain step on every core). None: each keeps its own.
+    `shared_step_s`: its plain step on its own threads (`DraftGate` weighs what sharing costs).
     """
 
     def __init__(
@@ -61,6 +62,7 @@ class SpeculativeDecoder:
         leading_space: bool = True,
         cores: tuple[int, int] | None = None,
         alone_step_s: float | None = None,
+        shared_step_s: float | None = None,
     ) -> None:
         self.target = target
         self.tokenizer = tokenizer  # the target's: drafter text is re-encoded with it
@@ -72,8 +74,9 @@ class SpeculativeDecoder:
         self.cores = cores
         self.alone_step_s = alone_step_s
         self._unpaid = 0  # windows in a row whose drafter did not pay for its cores
-        self.gate = DraftGate(alone_step_s, cores) if drafter is not None and cores else None
-        self._undrafted: set[int] = set()  # windows the gate kept from the drafter
+        self.gate = (
+            DraftGate(alone_step_s, cores, shared_step_s) if drafter is not None and cores else None
+        )
         self.history = HistoryLookup()
         self.base = 0  # drafter window number of the current recording's window 0
 
@@ -114,7 +117,7 @@ class SpeculativeDecoder:
         if request:
             sources.insert(0, PromptLookup(request, max_ngram=4))
         index = self.base + window.index
-        d = None if index in self._undrafted else self.drafter
+        d = self.drafter if self.drafter is not None and self.drafter.holds(index) else None
         if d is not None:
             stream = DraftTokens(d, index, self.tokenizer, self.leading_space)
             sources.insert(0, DrafterStreamSource(stream.tokens, key=self.word_keys))
@@ -135,7 +138,6 @@ class SpeculativeDecoder:
             self.drafter.release(index)
         if self.gate is not None:
             self.gate.observe(window.duration, len(tokens), counts.accepted_tokens, d is not None)
-        self._undrafted.discard(index)
         self.history.end_window()
         return tokens, counts
 
@@ -160,12 +162,13 @@ class SpeculativeDecoder:
 
     def encoder_ready(self, index: int) -> bool:
         """Whether the drafter can spare its cores for the target's encoder of window
-        `index`: it is far enough into the window (`DrafterProcess.spare`), or it did not pay
+        `index`: it does not hold the window (`DraftGate` kept it, or the drafter did not want
+        it), it is far enough into the window (`DrafterProcess.spare`), or it did not pay
         for them in the windows before (then every `PROBE_EVERY`-th window it drafts as usual,
         so that a drafter that pays again is noticed)."""
         d = self.drafter
         skip = self._unpaid > 0 and self._unpaid % PROBE_EVERY != 0
-        return d is None or skip or index in self._undrafted or d.spare(index)
+        return d is None or skip or not d.holds(index) or d.spare(index)
 
     def activity(self) -> DrafterActivity | None:
         """The drafter's work so far (None without a drafter)."""
@@ -183,33 +186,44 @@ class SpeculativeDecoder:
         if d is None or not d.wants(index):
             return
         if self.gate is None or self.gate.pays(window.duration, d.warm_costs):
-            d.submit(replace(window, index=index))
-        else:
-            self._undrafted.add(index)
+            d.submit(replace(window, index=index))  # else the target decodes it alone
 
 
 class DraftGate:
     """Whether drafting a window can pay for the cores it takes, decided from its length
     before the drafter sees it.
 
-    While the drafter works on a window, the target has `share` fewer of the cores: for the
-    drafter's encoder (as long for 2 s of speech as for 30 s) and a step per token
-    (`DrafterProcess.warm_costs`, timed at its start-up: a window's own times include the
-    SIGSTOPs of core loans). Each token the target commits from a draft saves it most of a
-    plain step on every core (`SAVED_PER_TOKEN` of `alone_step_s`). With the
-    window's tokens expected from its length (tokens per second of audio in recent windows)
-    and the share of tokens committed from drafts in recent drafted windows, a window is
-    drafted when the saving expected exceeds the cost; the others the target decodes alone
-    on every core, as target-only does. A few seconds of speech hold too few tokens to pay
-    for the drafter's encoder (whisper-base with tiny.en on 2 cores: 4-7 s to break even).
+    While the drafter works on a window, it takes `share` of the cores: for its encoder (as
+    long for 2 s of speech as for 30 s) and a step per token (`DrafterProcess.warm_costs`,
+    timed at its start-up: a window's own times include the SIGSTOPs of core loans). Its
+    encoder runs beside the target's, which scales with cores: it costs the target `share` of
+    its time. Its steps run beside the target's steps, which scale with cores on some machines
+    and not at all on others (whisper-base: 9.7 ms on 2 cores of one EPYC, 21-24 ms on 1 or 2
+    of an older one): they cost `step_loss`, 1 - step on every core / step on the target's
+    own threads, at most `share`. Each token the target commits from a draft saves it most of
+    a plain step on every core (`SAVED_PER_TOKEN` of `alone_step_s`). With the window's
+    tokens expected from its length (tokens per second of audio in recent windows) and the
+    share of tokens committed from drafts in recent drafted windows, a window is drafted when
+    the saving expected exceeds the cost; the others the target decodes alone on every core,
+    as target-only does. A few seconds of speech hold too few tokens to pay for the drafter's
+    encoder (whisper-base with tiny.en on 2 cores: 4-7 s to break even on the first EPYC,
+    about 20 s on the older one, whose int8 encoder takes 1.4 s).
     A drafter judged too inaccurate still gets every `PROBE_EVERY`-th window, so that it is
     noticed when it agrees again (a new speaker, language or recording).
     """
 
-    def __init__(self, alone_step_s: float | None, cores: tuple[int, int]) -> None:
+    def __init__(
+        self,
+        alone_step_s: float | None,
+        cores: tuple[int, int],
+        shared_step_s: float | None = None,
+    ) -> None:
         threads, extra = cores
         self.alone_step_s = alone_step_s
         self.share = extra / (threads + extra)
+        self.step_loss = self.share
+        if alone_step_s is not None and shared_step_s is not None:
+            self.step_loss = min(self.share, max(0.0, 1 - alone_step_s / shared_step_s))
         self._rate: deque[tuple[float, int]] = deque(maxlen=RECENT_WINDOWS)  # (seconds, tokens)
         self._drafted: deque[tuple[int, int]] = deque(maxlen=RECENT_WINDOWS)  # (tokens, drafted)
         self._refused = 0  # windows refused in a row for too few tokens from drafts
@@ -221,7 +235,7 @@ class DraftGate:
             return True
         encode_s, step_s = costs
         tokens = seconds * _ratio(self._rate, TOKENS_PER_S)
-        cost = (encode_s + tokens * step_s) * self.share
+        cost = encode_s * self.share + tokens * step_s * self.step_loss
         most = tokens * SAVED_PER_TOKEN * self.alone_step_s  # saved were every token drafted
         if most * _ratio(self._drafted, FROM_DRAFTS) > cost:
             self._refused = 0

@@ -125,8 +125,9 @@ class DrafterProcess:
         self.lost = False
         self.reason: str | None = None  # why the drafter was lost
         self.ready = False  # model loaded
-        # Start-up's (encoder s, step s), timed on the drafter's own cores with nothing stopping
-        # it; a window's times include the SIGSTOPs of core loans (`stop`).
+        # Start-up's (encoder s, step s) in CPU seconds per thread, so that the parent's own
+        # start-up beside it does not count; a window's times include the SIGSTOPs of core
+        # loans (`stop`).
         self.warm_costs: tuple[float, float] | None = None
         self.intervals: list[BusyInterval] = []  # one small record per window drafted
         self._ctx = mp.get_context("spawn")
@@ -214,6 +215,10 @@ class DrafterProcess:
     def windows_drafted(self) -> int:
         """Windows the drafter finished."""
         return sum(i.finished for i in self.intervals)
+
+    def holds(self, index: int) -> bool:
+        """Whether window `index` was submitted and not yet released."""
+        return index in self._drafts
 
     @property
     def held_windows(self) -> int:
