@@ -22,6 +22,7 @@ import pytest
 
 from as2d.api import AudioInput, Options, Transcriber
 from as2d.audio.load import load_audio
+from as2d.engine.as2d import LOSING_BELOW
 from as2d.runtime.spec import CRASH_EXIT_CODE
 from as2d.types import SAMPLE_RATE, RunStats, WindowResult
 
@@ -52,6 +53,7 @@ class Run:
 
     windows: list[WindowResult]
     stats: RunStats
+    step_loss: float | None = None  # what sharing cores costs the target's steps (`DraftGate`)
 
     @property
     def forwards(self) -> int:
@@ -74,10 +76,11 @@ def decode_all(options: Options, recordings: dict[str, AudioInput]) -> dict[str,
     runs = {}
     with Transcriber(options) as transcriber:
         wait_for_drafter(transcriber)
+        gate = transcriber.speculative.gate if transcriber.speculative else None
         for name, audio in recordings.items():
             run = transcriber.transcribe(audio)
             stats = run.stats  # decodes every window
-            runs[name] = Run(run.results, stats)
+            runs[name] = Run(run.results, stats, gate.step_loss if gate else None)
     return runs
 
 
@@ -242,6 +245,12 @@ def test_bad_drafter_gives_the_target_its_cores(faulty: tuple[str, dict[str, Run
     fault, runs = faulty
     for name, run in runs.items():
         alone = sum(w.alone for w in run.windows)
+        if fault == "sleep" and run.step_loss is not None and run.step_loss < 1 - LOSING_BELOW:
+            # A sleeping drafter takes no CPU, and where the target's steps on its own threads
+            # run within `Payoff`'s margin of every core's (whisper-base on a Zen 1 EPYC: 21-24
+            # ms on 1 or 2 threads), the cores are worth nothing to it: `Payoff` rightly keeps
+            # sharing. The promise still holds: the output is unchanged, no wait (tests above).
+            continue
         assert alone >= 0.5 * run.forwards, (fault, name, alone, run.forwards)
 
 
