@@ -196,8 +196,8 @@ class Transcriber:
             shared_step_s = self._cost(encoded, threads)[0]
         t = self.target
         return SpeculativeDecoder(
-            t, self.tokenizer, policy, drafter, o.max_k, t.leading_space, cores, alone_step_s,
-            shared_step_s,
+            t, self.tokenizer, policy, drafter, o.max_k, t.leading_space, cores,
+            alone_step_s=alone_step_s, shared_step_s=shared_step_s,
         )  # fmt: skip
 
     def budget_policy(self, budget: int | None, encoded: Any, threads: int) -> BudgetPolicy:
