@@ -86,7 +86,7 @@ def test_a_short_request_is_decoded_alone_on_every_core_and_a_long_one_drafted(
     """A few seconds of speech cannot pay for the drafter's encoder (`DraftGate`): the target
     decodes 2 s alone on every core, prefill included, as target-only does; 30 s of speech is
     drafted. Output equal to target-only's either way."""
-    short = load_audio(DATA / "asterisk" / "en" / "vm-newuser.wav")[: 2 * SAMPLE_RATE]
+    short = load_audio(DATA / "asterisk" / "en" / "dir-instr.wav")[: 2 * SAMPLE_RATE]  # 9 tokens
     long = load_audio(DATA / "long_en.flac")[: 30 * SAMPLE_RATE]
     common = {"target": "whisper-base", "language": "en"}
     with Transcriber(Options(**common, method="target")) as target_only:
