@@ -38,6 +38,7 @@ def ask(directory: Path, method: str, fault: str | None = None, task: str = "ask
         drafter_fault=fault,
         threads=1,
         drafter_threads=1,
+        draft_gate=False,  # the drafter gets the clip, however short: it is under test here
     )
     with Transcriber(options) as transcriber:
         run = transcriber.transcribe(CLIP)

@@ -197,7 +197,7 @@ class Transcriber:
         t = self.target
         return SpeculativeDecoder(
             t, self.tokenizer, policy, drafter, o.max_k, t.leading_space, cores,
-            alone_step_s=alone_step_s, shared_step_s=shared_step_s,
+            alone_step_s=alone_step_s, shared_step_s=shared_step_s, gate=o.draft_gate,
         )  # fmt: skip
 
     def budget_policy(self, budget: int | None, encoded: Any, threads: int) -> BudgetPolicy:

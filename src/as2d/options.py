@@ -44,6 +44,7 @@ class Options:
     threads: int | None = None  # the target's torch threads
     drafter_threads: int | None = None
     lend_cores: bool = True  # as2d, CPU: the drafter stops for the target's encoder (see as2d.py)
+    draft_gate: bool = True  # as2d, CPU: windows too short to pay for drafting are decoded alone
     drafter_fault: str | None = None  # tests and robustness benchmarks only (DrafterSpec.fault)
 
     def __post_init__(self) -> None:

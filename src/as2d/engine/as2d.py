@@ -50,6 +50,8 @@ class SpeculativeDecoder:
     once the drafter is idle or does not pay for its cores (`Payoff`, against
     `alone_step_s`, the target's plain step on every core). None: each keeps its own.
     `shared_step_s`: its plain step on its own threads (`DraftGate` weighs what sharing costs).
+    `gate`: whether `DraftGate` decides which windows the drafter gets (with `cores`); False:
+    every window.
     """
 
     def __init__(
@@ -63,6 +65,7 @@ class SpeculativeDecoder:
         cores: tuple[int, int] | None = None,
         alone_step_s: float | None = None,
         shared_step_s: float | None = None,
+        gate: bool = True,
     ) -> None:
         self.target = target
         self.tokenizer = tokenizer  # the target's: drafter text is re-encoded with it
@@ -73,9 +76,12 @@ class SpeculativeDecoder:
         self.max_k = max_k
         self.cores = cores
         self.alone_step_s = alone_step_s
+        self.shared_step_s = shared_step_s
         self._unpaid = 0  # windows in a row whose drafter did not pay for its cores
         self.gate = (
-            DraftGate(alone_step_s, cores, shared_step_s) if drafter is not None and cores else None
+            DraftGate(alone_step_s, cores, shared_step_s)
+            if gate and drafter is not None and cores
+            else None
         )
         self.history = HistoryLookup()
         self.base = 0  # drafter window number of the current recording's window 0
