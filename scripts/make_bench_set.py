@@ -6,7 +6,7 @@ text, listed in `manifest.jsonl` for `as2d bench` (the building blocks are in
 
 - asterisk: Debian's studio prompts (`apt-get download` + `dpkg-deb -x` into the cache,
   nothing installed system-wide) joined into recordings of about `--asterisk-minutes`;
-- piper (or espeak-ng): the public-domain `builders.PASSAGES` (or `--text FILE`s, paragraphs
+- piper (or espeak-ng): the public-domain `speech.PASSAGES` (or `--text FILE`s, paragraphs
   separated by blank lines) read at a few speeds; both engines come with the `bench` extra
   (`pip install 'as2d[bench]'`, which `make bench-set` does).
 
@@ -30,16 +30,10 @@ from pathlib import Path
 
 import soundfile as sf
 
-from as2d.eval.builders import (
-    PASSAGES,
-    asterisk_prompts,
-    join_long_form,
-    read_passages,
-    synthesise,
-    write_manifest,
-)
+from as2d.eval.builders import asterisk_prompts, join_long_form, write_manifest
 from as2d.eval.datasets import DatasetError, Recording
 from as2d.eval.hard_set import build_hard_set, subset_minutes
+from as2d.eval.speech import PASSAGES, read_passages, synthesise
 
 REPO = Path(__file__).resolve().parents[1]
 TTS_SPEEDS = (1.0, 1.14, 0.87)  # per recording; above 1 is faster

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from as2d.eval.catalog import TARGET_ONLY
 from as2d.eval.oracle import WindowKey, hindsight_oracle, pooled_tokens_per_s
-from as2d.eval.report import ORACLE_METHOD
+from as2d.eval.summary import ORACLE_METHOD
 
 
 @dataclass

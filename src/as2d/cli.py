@@ -327,7 +327,8 @@ def bench_dataset(args: argparse.Namespace) -> int:
     from as2d.audio.load import AudioError
     from as2d.eval.bench import BenchSettings, run_bench
     from as2d.eval.external import external_reference
-    from as2d.eval.report import RunInfo, table_of, write_outputs
+    from as2d.eval.report import table_of, write_outputs
+    from as2d.eval.summary import RunInfo
 
     if args.repeats < 1:
         raise UsageError("--repeats must be at least 1")

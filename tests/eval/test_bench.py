@@ -14,7 +14,8 @@ from as2d.engine.policy import FixedBudget
 from as2d.eval.bench import BenchSettings, _load, run_bench
 from as2d.eval.catalog import Config
 from as2d.eval.datasets import load_dataset
-from as2d.eval.report import RunInfo, write_outputs
+from as2d.eval.report import write_outputs
+from as2d.eval.summary import RunInfo
 from as2d.models.whisper import WhisperTarget
 
 ASTERISK = Path(__file__).parents[1] / "data" / "asterisk" / "en"

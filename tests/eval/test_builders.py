@@ -8,16 +8,10 @@ import pytest
 import soundfile as sf
 
 from as2d.api import Transcriber
-from as2d.eval.builders import (
-    Clip,
-    clean_transcript,
-    join_long_form,
-    read_passages,
-    synthesise,
-    write_manifest,
-)
+from as2d.eval.builders import Clip, clean_transcript, join_long_form, write_manifest
 from as2d.eval.datasets import DatasetError, load_manifest
 from as2d.eval.metrics import wer
+from as2d.eval.speech import read_passages, synthesise
 
 ASTERISK = Path(__file__).parents[1] / "data" / "asterisk" / "en"
 

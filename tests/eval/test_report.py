@@ -9,7 +9,8 @@ import pytest
 from as2d.eval.bench import BenchRun, RecordingRun
 from as2d.eval.catalog import Config
 from as2d.eval.datasets import Recording
-from as2d.eval.report import RunInfo, measured, render_report, summarise, summary
+from as2d.eval.report import render_report
+from as2d.eval.summary import RunInfo, measured, summarise, summary
 from as2d.types import RunStats, WindowResult
 
 T1, T2 = Config("target", threads=1), Config("target", threads=2)

@@ -187,7 +187,7 @@ def test_draft_tokens_equal_a_full_qwen_encode_at_every_step(
     pre-tokenizer too. Whisper's leading space is dropped for these targets."""
     from transformers import AutoTokenizer
 
-    from as2d.models.qwen import HFTokenizer
+    from as2d.models.qwen_checkpoint import HFTokenizer
 
     tokenizer = HFTokenizer(AutoTokenizer.from_pretrained(tiny_qwen_dirs["qwen2_audio"]))
     drafter = ReplayDrafter("")

@@ -32,7 +32,8 @@ from transformers.processing_utils import ProcessorMixin
 
 from as2d.engine.decode import decode_target_only
 from as2d.engine.target import Request
-from as2d.models.qwen import ChatAudioTarget, device_map, not_greedy
+from as2d.models.qwen import ChatAudioTarget
+from as2d.models.qwen_checkpoint import device_map, not_greedy
 from as2d.models.targets import load_target
 
 FAMILIES = ("qwen2_audio", "qwen2_5_omni_thinker")

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 
 from as2d.audio.windows import iter_windows
 from as2d.eval.bench import BenchRun, BenchSettings, rotation
-from as2d.eval.report import measured
+from as2d.eval.summary import measured
 from as2d.models.bundled import ct2_dir
 from as2d.types import Window
 

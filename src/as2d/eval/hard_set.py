@@ -41,12 +41,10 @@ import soundfile as sf
 from as2d.audio.load import audio_duration, load_audio
 from as2d.eval.builders import (
     GAP_S,
-    PASSAGES,
     Clip,
     asterisk_prompts,
     fetch_debian,
     joined_text,
-    piper_clips,
     plan_long_form,
     silence,
     write_recording,
@@ -60,6 +58,7 @@ from as2d.eval.degrade import (
     reverberate,
     telephone_band,
 )
+from as2d.eval.speech import PASSAGES, piper_clips
 from as2d.types import SAMPLE_RATE
 
 SUBSETS = ("varied", "short", "conversation", "degraded")

@@ -15,7 +15,7 @@ from as2d.eval.catalog import Config
 from as2d.writers import atomic_path
 
 if TYPE_CHECKING:
-    from as2d.eval.report import ConfigSummary, Measured
+    from as2d.eval.summary import ConfigSummary, Measured
 
 
 def plot_speedups(rows: Sequence[ConfigSummary], baseline: str, path: Path) -> None:

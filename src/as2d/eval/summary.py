@@ -1,0 +1,290 @@
+"""What a benchmark measured: per-window times, every configuration's pooled figures, the
+oracle, and summary.json's content (`report.py` writes them out).
+
+Times are per window, encode + decode (`WindowResult.encode_s + decode_s`), the median
+over repeats; pooled throughput is total tokens / total of those times, for every
+configuration and for the oracle alike, so the figures compare on one footing (reading
+the audio file and finding the windows is the same work for every method and is left out).
+The baseline is the faster target-only configuration; a window is slower when its time
+exceeds the baseline's on the same window; `identical` means every window of every repeat
+has the same tokens as target-only with the same thread count (else the baseline).
+When the recordings belong to subsets (the manifest's "subset"), every subset gets the same
+figures on its own windows, against the same baseline.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from functools import cached_property
+
+from as2d.eval.bench import BenchRun, RecordingRun, tokens_hash
+from as2d.eval.catalog import TARGET_ONLY, Config
+from as2d.eval.machine import describe
+from as2d.eval.metrics import wer
+from as2d.eval.oracle import WindowKey, held_out_oracle, hindsight_oracle, pooled_tokens_per_s
+
+ORACLE_METHOD = "as2d"  # the oracle picks among this method's configurations (+ target-only)
+
+
+@dataclass
+class ConfigSummary:
+    """One row of summary.json's "configs" (the issue's names first)."""
+
+    method: str
+    drafter: str | None
+    budget: str  # "-", "auto" or k
+    pooled_tokens_per_s: float
+    speedup: float  # over the baseline (the faster target-only)
+    frac_windows_slower: float
+    identical: bool
+    wer: float | None  # None without references
+    mean_accepted: float  # accepted tokens per verify pass
+    name: str
+    threads: int | None
+    tokens: int
+    seconds: float
+
+
+@dataclass
+class RunInfo:
+    """How the benchmark was run: the head of summary.json."""
+
+    target: str
+    dataset: str
+    command: str  # the exact command line, for report.md
+    repeats: int
+    machine: dict[str, object] = field(default_factory=describe)
+    external: list[dict[str, object]] | None = None  # CTranslate2 reference, when run
+
+
+@dataclass
+class Measured:
+    """Per-window figures of every configuration."""
+
+    tokens: dict[WindowKey, int]  # the baseline's output tokens per window
+    samples: dict[str, dict[WindowKey, list[float]]]  # config name -> window -> per repeat
+    baseline: Config
+
+    @cached_property
+    def times(self) -> dict[str, dict[WindowKey, float]]:
+        """Config name -> window -> seconds, the median over repeats."""
+        return _medians(self.samples)
+
+
+def measured(bench: BenchRun) -> Measured:
+    """Per-window times of each configuration; the baseline by pooled throughput."""
+    samples: dict[str, dict[WindowKey, list[float]]] = {}
+    for config in bench.configs:
+        mine = samples[config.name] = {}
+        for run in sorted(_runs_of(bench, config), key=lambda run: run.repeat):
+            for w in run.windows:
+                mine.setdefault((run.recording.name, w.index), []).append(w.encode_s + w.decode_s)
+    times = _medians(samples)
+    targets = [c for c in bench.configs if c.method == TARGET_ONLY] or bench.configs[:1]
+    tokens = _tokens(bench, targets[0])
+    baseline = max(targets, key=lambda c: pooled_tokens_per_s(tokens, times[c.name]))
+    return Measured(_tokens(bench, baseline), samples, baseline)
+
+
+def _medians(
+    samples: dict[str, dict[WindowKey, list[float]]],
+) -> dict[str, dict[WindowKey, float]]:
+    return {
+        name: {key: statistics.median(s) for key, s in mine.items()}
+        for name, mine in samples.items()
+    }
+
+
+def summarise(bench: BenchRun, m: Measured) -> list[ConfigSummary]:
+    """Every configuration's pooled figures."""
+    base_rate = pooled_tokens_per_s(m.tokens, m.times[m.baseline.name])
+    rows = []
+    for config in bench.configs:
+        runs = _runs_of(bench, config)
+        windows = [w for run in runs for w in run.windows]
+        verify = sum(w.verify_passes for w in windows)
+        mine = m.times[config.name]
+        rate = pooled_tokens_per_s(m.tokens, mine)
+        slower = sum(mine[key] > m.times[m.baseline.name][key] for key in mine)
+        rows.append(
+            ConfigSummary(
+                method=config.method,
+                drafter=config.drafter,
+                budget=config.budget_label,
+                pooled_tokens_per_s=rate,
+                speedup=rate / base_rate if base_rate > 0 else 0.0,
+                frac_windows_slower=slower / len(mine) if mine else 0.0,
+                identical=_identical(bench, config, _reference(bench, config, m.baseline)),
+                wer=_wer([r for r in runs if r.repeat == 0]),
+                mean_accepted=sum(w.accepted_tokens for w in windows) / verify if verify else 0.0,
+                name=config.name,
+                threads=runs[0].threads if runs else config.threads,
+                tokens=sum(m.tokens[key] for key in mine),
+                seconds=sum(mine.values()),
+            )
+        )
+    return rows
+
+
+def subset_summaries(bench: BenchRun, m: Measured) -> dict[str, dict[str, object]]:
+    """Per subset (in the order they first appear): its size and every configuration's
+    figures on its windows (`summarise`, the whole set's baseline); empty without subsets."""
+    subsets = dict.fromkeys(r.subset for r in bench.recordings if r.subset is not None)
+    result: dict[str, dict[str, object]] = {}
+    for subset in subsets:
+        part, part_m = _subset(bench, m, subset)
+        baseline_runs = [run for run in _runs_of(part, m.baseline) if run.repeat == 0]
+        result[subset] = {
+            "recordings": len(part.recordings),
+            "windows": len(part_m.tokens),
+            "audio_s": sum(w.end - w.start for run in baseline_runs for w in run.windows),
+            "configs": [asdict(r) for r in summarise(part, part_m)],
+        }
+    return result
+
+
+def _subset(bench: BenchRun, m: Measured, subset: str) -> tuple[BenchRun, Measured]:
+    """`bench` and `m` narrowed to the recordings of `subset`; the baseline stays."""
+    recordings = [r for r in bench.recordings if r.subset == subset]
+    names = {r.name for r in recordings}
+    runs = [run for run in bench.runs if run.recording.name in names]
+    samples = {
+        config: {key: s for key, s in mine.items() if key[0] in names}
+        for config, mine in m.samples.items()
+    }
+    tokens = {key: n for key, n in m.tokens.items() if key[0] in names}
+    return BenchRun(bench.configs, recordings, runs), Measured(tokens, samples, m.baseline)
+
+
+def summary(
+    bench: BenchRun, m: Measured, rows: Sequence[ConfigSummary], info: RunInfo
+) -> dict[str, object]:
+    """summary.json's content: how it was run (`info`) and the figures."""
+    base_rate = pooled_tokens_per_s(m.tokens, m.times[m.baseline.name])
+    candidates = [c.name for c in bench.configs if c.method == ORACLE_METHOD]
+    oracle: dict[str, object] | None = None
+    frac = None
+    if candidates:
+        best = hindsight_oracle(m.tokens, m.times, [m.baseline.name, *candidates])
+        oracle = {
+            "pooled_tokens_per_s": best.pooled_tokens_per_s,
+            "speedup": best.pooled_tokens_per_s / base_rate if base_rate > 0 else 0.0,
+            "candidates": [m.baseline.name, *candidates],
+            "wins": best.wins,
+        }
+        autos = [r for r in rows if r.method == ORACLE_METHOD and r.budget == "auto"]
+        auto = max(autos, key=lambda r: r.pooled_tokens_per_s) if autos else None
+        if auto and best.pooled_tokens_per_s > 0:
+            frac = auto.pooled_tokens_per_s / best.pooled_tokens_per_s
+        if auto and info.repeats > 1:
+            oracle |= _held_out(m, [m.baseline.name, *candidates], auto.name)
+    subsets = subset_summaries(bench, m)
+    return {
+        **{k: v for k, v in asdict(info).items() if v is not None},
+        "audio_s": bench.audio_s,
+        "windows": len(m.tokens),
+        "baseline": m.baseline.name,
+        "configs": [asdict(r) for r in rows],
+        **({"subsets": subsets} if subsets else {}),
+        "oracle": oracle,
+        "as2d_auto_frac_of_oracle": frac,
+    }
+
+
+def result_rows(bench: BenchRun) -> list[dict[str, object]]:
+    """results.jsonl: one row per window x configuration x repeat."""
+    rows: list[dict[str, object]] = []
+    for run in bench.runs:
+        c = run.config
+        for w in run.windows:
+            rows.append(
+                {
+                    "config": c.name,
+                    "method": c.method,
+                    "drafter": c.drafter,
+                    "budget": c.budget_label,
+                    "recording": run.recording.name,
+                    "repeat": run.repeat,
+                    "position": run.position,
+                    "threads": run.threads,
+                    "window": w.index,
+                    "start": w.start,
+                    "end": w.end,
+                    "tokens": len(w.token_ids),
+                    "encode_s": w.encode_s,
+                    "decode_s": w.decode_s,
+                    "wall_s": w.encode_s + w.decode_s,
+                    "verify_passes": w.verify_passes,
+                    "plain_steps": w.plain_steps,
+                    "accepted_tokens": w.accepted_tokens,
+                    "drafted_tokens": w.drafted_tokens,
+                    "tokens_hash": tokens_hash(w.token_ids),
+                    "idle_wait_s": run.idle_wait_s,
+                }
+            )
+    return rows
+
+
+def _held_out(m: Measured, candidates: list[str], auto: str) -> dict[str, float]:
+    """The held-out oracle (oracle.held_out_oracle) and as2d auto's share of it, both on
+    mean times over the repeats; and auto's share of the best of its own repeats per window.
+
+    The last is the hindsight oracle's luck alone: the oracle over one configuration
+    measured again and again; only the machine's noise puts auto's share of it under 100 %.
+    """
+    rate = held_out_oracle(m.tokens, m.samples, candidates)
+    own = m.samples[auto]
+    auto_rate = pooled_tokens_per_s(m.tokens, {key: statistics.mean(s) for key, s in own.items()})
+    luck = pooled_tokens_per_s(m.tokens, {key: min(s) for key, s in own.items()})
+    return {
+        "held_out_tokens_per_s": rate,
+        "as2d_auto_frac_of_held_out": auto_rate / rate,
+        "as2d_auto_frac_of_own_best": auto_rate / luck,
+    }
+
+
+def _runs_of(bench: BenchRun, config: Config) -> list[RecordingRun]:
+    return [run for run in bench.runs if run.config == config]
+
+
+def _tokens(bench: BenchRun, config: Config) -> dict[WindowKey, int]:
+    return {
+        (run.recording.name, w.index): len(w.token_ids)
+        for run in _runs_of(bench, config)
+        if run.repeat == 0
+        for w in run.windows
+    }
+
+
+def _reference(bench: BenchRun, config: Config, baseline: Config) -> Config:
+    """Whose tokens `config` must reproduce: target-only at the same thread count (another
+    count may round differently), else the baseline."""
+    threads = {run.threads for run in _runs_of(bench, config)}
+    same = [c for c in bench.configs if c.method == TARGET_ONLY and c.threads in threads]
+    return same[0] if same else baseline
+
+
+def _identical(bench: BenchRun, config: Config, reference: Config) -> bool:
+    """Every window of every repeat has the reference's tokens (its first repeat)."""
+    expected = {
+        (run.recording.name, w.index): w.token_ids
+        for run in _runs_of(bench, reference)
+        if run.repeat == 0
+        for w in run.windows
+    }
+    return all(
+        expected.get((run.recording.name, w.index)) == w.token_ids
+        for run in _runs_of(bench, config)
+        for w in run.windows
+    )
+
+
+def _wer(runs: Sequence[RecordingRun]) -> float | None:
+    """Pooled WER over the recordings that have a reference (None if none has)."""
+    pairs = [(run.recording, run.text) for run in runs if run.recording.text is not None]
+    if not pairs:
+        return None
+    language = pairs[0][0].language or "en"
+    return wer([str(r.text) for r, _ in pairs], [text for _, text in pairs], language)
