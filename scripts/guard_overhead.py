@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import torch
 
-from as2d.verify import Greedy, greedy_accept, rounding_bound
+from as2d.engine.verify import Greedy, greedy_accept, rounding_bound
 
 VOCAB = 51_865  # whisper-base
 REPEATS = 400

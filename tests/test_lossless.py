@@ -76,8 +76,9 @@ def decode_all(options: Options, recordings: dict[str, AudioInput]) -> dict[str,
     runs = {}
     with Transcriber(options) as transcriber:
         wait_for_drafter(transcriber)
-        spec = transcriber.speculative
-        alone, shared = getattr(spec, "alone_step_s", None), getattr(spec, "shared_step_s", None)
+        decoder = transcriber.decoder
+        alone = getattr(decoder, "alone_step_s", None)  # as2d: its target's step on every core
+        shared = getattr(decoder, "shared_step_s", None)  # and on its own threads
         ratio = alone / shared if alone and shared else None
         for name, audio in recordings.items():
             run = transcriber.transcribe(audio)
@@ -88,8 +89,7 @@ def decode_all(options: Options, recordings: dict[str, AudioInput]) -> dict[str,
 
 def wait_for_drafter(transcriber: Transcriber, timeout_s: float = 300.0) -> None:
     """Polls until the drafter process has loaded its model (or is lost)."""
-    speculative = transcriber.speculative
-    drafter = speculative.drafter if speculative is not None else None
+    drafter = transcriber.drafter
     deadline = time.perf_counter() + timeout_s
     while drafter is not None and not drafter.ready and not drafter.lost:
         assert time.perf_counter() < deadline, "the drafter did not load"

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from as2d.options import Options, parse_budget, thread_split
+from as2d.options import Options, parse_budget
+from as2d.runtime.cores import thread_split
 
 
 def test_on_a_gpu_the_drafter_takes_the_spare_cores(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("as2d.options._cores", lambda: 8)
+    monkeypatch.setattr("as2d.runtime.cores._cores", lambda: 8)
     assert thread_split(Options(device="cuda")) == (1, 7)
     assert thread_split(Options(device="cuda", method="target")) == (1, 0)
     assert thread_split(Options(device="cpu")) == (4, 4)

@@ -29,7 +29,7 @@ def test_sd_equals_target_only_and_reuses_the_drafter_cache():
         expected = [w.token_ids for w in transcriber.transcribe(audio)]
     with Transcriber(replace(options, method="sd")) as transcriber:
         windows = list(transcriber.transcribe(audio))
-        coupled = transcriber.speculative
+        coupled = transcriber.decoder
     assert isinstance(coupled, CoupledDecoder)
     assert [w.token_ids for w in windows] == expected
     tokens = sum(len(w.token_ids) for w in windows)

@@ -16,10 +16,8 @@ Audio LLM targets also answer requests, window by window (task "ask"):
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -28,20 +26,19 @@ import numpy as np
 import torch
 
 from as2d.audio.windows import iter_windows
-from as2d.engine.as2d import CoreLoan, SpeculativeDecoder
-from as2d.engine.calibrate import cached_cost, machine_key, synced_clock
-from as2d.engine.decode import decode_target_only
-from as2d.engine.policy import AutoBudget, BudgetPolicy, CostModel, FixedBudget
-from as2d.engine.sd import CoupledDecoder, with_drafting
-from as2d.engine.speculative import StepCounts
+from as2d.engine.as2d import SpeculativeDecoder
+from as2d.engine.calibrate import synced_clock
+from as2d.engine.decode import WindowDecoder
+from as2d.engine.factory import DecoderFactory
+from as2d.engine.policy import BudgetPolicy
 from as2d.engine.target import Request, TargetAdapter
-from as2d.models.bundled import cache_root, load_whisper
+from as2d.engine.verify import rounding_bound
 from as2d.models.targets import adapter_class, load_target, torch_dtype
-from as2d.models.whisper import EncodedAudio, WhisperTarget
-from as2d.options import Options, check, drafter_spec, rule, thread_split
+from as2d.models.whisper import WhisperTarget
+from as2d.options import Options, check, drafter_spec, rule
+from as2d.runtime.cores import thread_split
 from as2d.runtime.drafter import DrafterProcess, start_drafter
 from as2d.types import SAMPLE_RATE, RunStats, Window, WindowResult
-from as2d.verify import rounding_bound
 
 DRAFTER_LOAD_S = 120.0  # the most a Transcriber waits for its drafter's model to load
 AudioInput = str | Path | np.ndarray
@@ -75,11 +72,6 @@ class Transcription:
         return " ".join(r.text for r in self.results if r.text)
 
 
-# Measured costs are cached per version of the code that they time: bump it when a change
-# moves them (v2: oneDNN verify passes and int8 drafters), or old timings steer `auto`.
-COST_VERSION = "v2"
-
-
 class Transcriber:
     """Holds a loaded target (and drafter process) and decodes recordings with them."""
 
@@ -106,7 +98,6 @@ class Transcriber:
         """
         self._threads_before: int | None = torch.get_num_threads()  # `close` sets it back
         self._drafter = drafter_process  # owned from here on: `close` stops it
-        self.speculative: SpeculativeDecoder | CoupledDecoder | None = None
         try:
             self.options = options or Options(**overrides)  # type: ignore[arg-type]
             self._check_family(shared_target)
@@ -128,11 +119,11 @@ class Transcriber:
             # and outside any run's timing.
             if self._drafter is not None:
                 self._drafter.wait_ready(DRAFTER_LOAD_S)
-            if o.method == "sd":
-                assert encoded is not None  # warmed up above
-                self.speculative = self._coupled(encoded, target_threads)
-            else:
-                self.speculative = self._speculative(self._drafter, encoded, target_threads)
+            self._factory = DecoderFactory(
+                o, self.target, (target_threads, drafter_threads), encoded
+            )
+            self.decoder: WindowDecoder = self._factory.decoder(self._drafter)
+            self._policies: dict[int | None, BudgetPolicy] = {}  # `set_budget`'s, by budget
         except BaseException:
             self.close()
             raise
@@ -182,102 +173,40 @@ class Transcriber:
         run.windows = self._decode_windows(audio, run, self.options.language or language)
         return run
 
-    def _speculative(
-        self, drafter: DrafterProcess | None, encoded: Any, threads: int
-    ) -> SpeculativeDecoder | None:
-        o = self.options
-        if o.method == "target":
-            return None
-        policy = self.budget_policy(o.budget, encoded, threads)
-        cores, alone_step_s, shared_step_s = None, None, None
-        if drafter is not None and o.lend_cores and o.device == "cpu":
-            cores = (threads, self.drafter_threads)
-            alone_step_s = self._cost(encoded, threads + self.drafter_threads)[0]
-            shared_step_s = self._cost(encoded, threads)[0]
-        t = self.target
-        return SpeculativeDecoder(
-            t, self.tokenizer, policy, drafter, o.max_k, t.leading_space, cores,
-            alone_step_s=alone_step_s, shared_step_s=shared_step_s, gate=o.draft_gate,
-        )  # fmt: skip
+    @property
+    def drafter(self) -> DrafterProcess | None:
+        """The drafter process (as2d), or None."""
+        return self._drafter
 
-    def budget_policy(self, budget: int | None, encoded: Any, threads: int) -> BudgetPolicy:
-        """A fixed budget k, or (None) k chosen per step from this target's measured cost
-        at `threads`, and with every core where a drafter process has some (measured on
-        `encoded` the first time, then cached)."""
-        if budget is not None:
-            return FixedBudget(budget)
-        cost, alone = self._cost(encoded, threads), None
-        if self.drafter_threads and self.options.device == "cpu":
-            alone = self._cost(encoded, threads + self.drafter_threads)
-        return AutoBudget(cost, alone_cost=alone)
+    def set_budget(self, budget: int | None) -> None:
+        """Decodes from now on with budget k (None: auto), with the same target and drafter
+        process (as2d, pld): a benchmark runs several budgets on one drafter. A budget used
+        before gets its policy back, with what it learnt."""
+        if not isinstance(self.decoder, SpeculativeDecoder):
+            raise ValueError(f"method {self.options.method} has no budget to change")
+        self._policies.setdefault(self.options.budget, self.decoder.policy)
+        if budget not in self._policies:
+            self._policies[budget] = self._factory.budget_policy(budget)
+        self.decoder.policy = self._policies[budget]
+        self.options = replace(self.options, budget=budget)
 
-    def _cost(self, encoded: Any, threads: int) -> CostModel:
-        """This target's measured pass cost at `threads` (measured once, then cached)."""
-        prompt = self._prompt(encoded, "en")
-        path, device = self._cost_path(threads), self.target.device
-        own = torch.get_num_threads()
-        torch.set_num_threads(threads)
-        try:
-            return cached_cost(path, self.target, encoded, prompt, self.options.max_k, device)
-        finally:
-            torch.set_num_threads(own)
-
-    def _coupled(self, encoded: EncodedAudio, threads: int) -> CoupledDecoder:
-        """sd: the drafter model loaded here, drafting in turn with the target on its threads.
-
-        With `budget=None` the policy is AutoBudget over the cost of a round (`_coupled_cost`),
-        with the drafter's acceptance estimated as for any source.
-        """
-        o = self.options
-        model, tokenizer = load_whisper(o.drafter)
-        drafter = WhisperTarget(model, tokenizer, approximate=True)  # as fast as as2d's drafter
-        policy: BudgetPolicy = (
-            FixedBudget(o.budget)
-            if o.budget is not None
-            else AutoBudget(self._coupled_cost(drafter, encoded, threads))
-        )
-        target = self.target
-        assert isinstance(target, WhisperTarget)  # checked at start-up
-        coupled = CoupledDecoder(
-            target, target.tokenizer, drafter, tokenizer, policy, o.max_k, o.drafter
-        )
-        coupled.warm_up()
-        return coupled
-
-    def _coupled_cost(
-        self, drafter: WhisperTarget, encoded: EncodedAudio, threads: int
-    ) -> CostModel:
-        """sd's round cost: the target's verify pass plus k drafter forwards (measured, cached)."""
-        o = self.options
-        cost = self._cost(encoded, threads)
-        tokenizer = drafter.tokenizer
-        silence = drafter.encode(np.zeros(SAMPLE_RATE, dtype=np.float32))
-        d_prompt = tokenizer.prompt(None, "transcribe")
-        step = cached_cost(self._cost_path(threads, o.drafter), drafter, silence, d_prompt, 0)
-        return with_drafting(cost, step[0])
-
-    def _cost_path(self, threads: int, model: str | None = None) -> Path:
-        o = self.options
-        name = model or f"{o.target}-{o.device}-{o.dtype or 'default'}"
-        name = re.sub(r"[^\w.-]+", "_", name)
-        machine = machine_key(self.target.device)
-        return cache_root() / "cost" / COST_VERSION / machine / f"{name}-{threads}threads.json"
+    def forget(self) -> None:
+        """Earlier recordings' output is no longer looked up for candidates (by default each
+        recording's windows look up every earlier one's; a benchmark repeats recordings)."""
+        self.decoder.forget()
 
     def _decode_windows(
         self, audio: AudioInput, run: Transcription, language: str | None
     ) -> Iterator[WindowResult]:
         start = time.perf_counter()
         tokens, audio_s = 0, 0.0
-        windows = iter_windows(audio)
-        if self.speculative is not None:
-            windows = self.speculative.windows(windows)
-        for window in windows:
+        for window in self.decoder.windows(iter_windows(audio)):
             result, language = self.decode_window(window, language)
             tokens += len(result.token_ids)
             audio_s = window.end
             yield result
         wall = time.perf_counter() - start
-        activity = self.speculative.activity() if self.speculative is not None else None
+        activity = self.decoder.activity()
         run.finished = RunStats(
             wall_s=wall,
             audio_s=audio_s,
@@ -293,24 +222,14 @@ class Transcriber:
     ) -> tuple[WindowResult, str | None]:
         """Decode one window; returns its result and the language (detected if None)."""
         t0 = time.perf_counter()
-        spec = self.speculative
-        loan: AbstractContextManager[CoreLoan | None] = nullcontext(None)
-        if isinstance(spec, SpeculativeDecoder):
-            loan = spec.lend_cores(window)
-        with loan as lender:
-            encoded = self.target.encode(window.audio, lender.take if lender else None)
+        decoder = self.decoder
+        with decoder.lend_cores(window) as loan:
+            encoded = self.target.encode(window.audio, loan.take if loan else None)
             language = self.target.language(encoded, language)
-            if spec is not None:
-                spec.prepare(window)  # sd: the drafter's encoder forward
+            decoder.prepare(window)  # sd: the drafter's encoder forward
         t1 = synced_clock(self.target.device)
         prompt = self._prompt(encoded, language)
-        if self.speculative is None:
-            token_ids = decode_target_only(self.target, encoded, prompt, self.rule)
-            counts = StepCounts(plain_steps=len(token_ids))
-        else:
-            token_ids, counts = self.speculative.decode(
-                window, encoded, prompt, self.rule, self.request_tokens
-            )
+        token_ids, counts = decoder.decode(window, encoded, prompt, self.rule, self.request_tokens)
         t2 = synced_clock(self.target.device)
         text = self.tokenizer.decode(token_ids).strip()
         w = window

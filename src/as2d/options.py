@@ -6,14 +6,14 @@ is imported only inside the functions that use it, so the command line parses wi
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from as2d.runtime.cores import thread_split
 from as2d.runtime.spec import CT2_PREFIX, DrafterSpec
 
 if TYPE_CHECKING:
-    from as2d.verify import Rule
+    from as2d.engine.verify import Rule
 
 METHODS = ("as2d", "target", "pld", "sd")
 DTYPES = ("float32", "float16", "bfloat16")  # Options.dtype: names of torch dtypes
@@ -62,24 +62,6 @@ def parse_budget(text: str) -> int | None:
     return int(text)
 
 
-def _cores() -> int:
-    return len(os.sched_getaffinity(0))
-
-
-def thread_split(options: Options) -> tuple[int, int]:
-    """(target threads, drafter threads): the cores are shared when a drafter process runs.
-
-    With the target on a GPU, its process needs one core to launch kernels; the drafter
-    takes the rest.
-    """
-    on_gpu = options.device != "cpu"
-    if options.method != "as2d":
-        return options.threads or (1 if on_gpu else _cores()), 0
-    spare = _cores() - 1 if on_gpu else _cores() // 2
-    drafter = options.drafter_threads or max(1, spare)
-    return options.threads or max(1, _cores() - drafter), drafter
-
-
 def drafter_spec(options: Options) -> DrafterSpec | None:
     """The drafter process that `options` ask for (method as2d), on its share of the cores."""
     o = options
@@ -96,7 +78,7 @@ def rule(options: Options, bound: float = 0.0) -> Rule:
     (`verify.rounding_bound` of the target's dtype)."""
     import torch
 
-    from as2d.verify import Greedy, Sampling
+    from as2d.engine.verify import Greedy, Sampling
 
     if options.temperature == 0:
         return Greedy(bound)

@@ -25,10 +25,10 @@ from as2d.drafting.sources import Candidate
 from as2d.engine.decode import decode_target_only
 from as2d.engine.policy import FixedBudget
 from as2d.engine.speculative import speculative_decode
+from as2d.engine.verify import Greedy, rounding_bound
 from as2d.eval.speech import PASSAGES, espeak_speech
 from as2d.models.whisper import WhisperTarget
 from as2d.types import SAMPLE_RATE
-from as2d.verify import Greedy, rounding_bound
 
 pytestmark = pytest.mark.slow
 

@@ -17,7 +17,7 @@ from as2d.drafting.sources import Candidate
 from as2d.engine.decode import decode_target_only
 from as2d.engine.policy import FixedBudget
 from as2d.engine.speculative import speculative_decode
-from as2d.verify import Greedy
+from as2d.engine.verify import Greedy
 
 V, EOT, MAX_LENGTH = 8, 7, 40
 NOISE = 1e-2  # logits between a pass's rows and exact single steps

@@ -18,7 +18,7 @@ from as2d.drafting.sources import Candidate
 from as2d.engine.decode import decode_target_only
 from as2d.engine.policy import FixedBudget
 from as2d.engine.speculative import speculative_decode
-from as2d.verify import Sampling
+from as2d.engine.verify import Sampling
 
 V, EOT, MAX_LENGTH = 4, 3, 5  # tokens 0..2 and end-of-text; prompt of 1 + at most 4 tokens
 

@@ -129,8 +129,8 @@ def test_budgets_share_one_transcriber_with_their_own_policy(
         t_target, t_k2, t_k8 = (loaded.transcribers[c] for c in configs)
         assert t_k2 is t_k8 and t_target is not t_k2
         assert all(t.target is target for t in (t_target, t_k2))  # one target model
-        assert isinstance(loaded.use(configs[2]).speculative.policy, FixedBudget)
-        assert loaded.use(configs[2]).speculative.policy.k == 8
-        assert loaded.use(configs[1]).speculative.policy.k == 2
+        assert isinstance(loaded.use(configs[2]).decoder.policy, FixedBudget)
+        assert loaded.use(configs[2]).decoder.policy.k == 8
+        assert loaded.use(configs[1]).decoder.policy.k == 2
     finally:
         loaded.close()

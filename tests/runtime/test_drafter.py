@@ -20,9 +20,9 @@ import soxr
 import torch
 
 from as2d.drafting.draft_tokens import DraftTokens
-from as2d.engine.as2d import CoreLoan
 from as2d.models.bundled import ModelNotFoundError, ct2_dir
 from as2d.models.tokenizer import WhisperTokenizer
+from as2d.runtime.cores import CoreLoan
 from as2d.runtime.drafter import CRASH_EXIT_CODE, DrafterProcess, DrafterSpec
 from as2d.runtime.frames import FrameReader, Outbox
 from as2d.runtime.worker import _publish, _with_fault

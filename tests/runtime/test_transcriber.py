@@ -93,12 +93,12 @@ def test_a_short_request_is_decoded_alone_on_every_core_and_a_long_one_drafted(
         expected = [[w.token_ids for w in target_only.transcribe(a)] for a in (short, long)]
     with Transcriber(Options(**common, method="as2d", drafter=CT2_TINY)) as as2d:
         (window,) = as2d.transcribe(short)
-        drafter = as2d.speculative.activity() if as2d.speculative else None
+        drafter = as2d.decoder.activity()
         assert drafter is not None and drafter.windows_drafted == 0
         assert window.token_ids == expected[0][0]
         assert window.alone == window.verify_passes + window.plain_steps > 0
         long_windows = list(as2d.transcribe(long))
-        drafter = as2d.speculative.activity() if as2d.speculative else None
+        drafter = as2d.decoder.activity()
         assert drafter is not None and drafter.windows_drafted >= 1
         assert [w.token_ids for w in long_windows] == expected[1]
         assert sum(w.accepted_tokens for w in long_windows) > 0

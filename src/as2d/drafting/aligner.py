@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from as2d.drafting.sources import Candidate
-from as2d.verify import greedy_accept
+from as2d.engine.verify import greedy_accept
 
 MAX_ANCHOR = 6  # longest suffix tried when re-anchoring; long anchors survive repeated phrases
 MIN_ANCHOR = 1

@@ -26,9 +26,10 @@ from as2d.drafting.sources import CandidateSource, HistoryLookup, PromptLookup
 from as2d.engine.policy import BudgetPolicy
 from as2d.engine.speculative import StepCounts, speculative_decode
 from as2d.engine.target import Target, TextTokenizer
+from as2d.engine.verify import Rule
+from as2d.runtime.cores import CoreLoan
 from as2d.runtime.drafter import DrafterProcess
 from as2d.types import DrafterActivity, Window
-from as2d.verify import Rule
 
 MIN_SHARED_PASSES = 8  # passes a window's drafter shares the cores before `Payoff` judges it
 LOSING_BELOW = 0.75  # `Payoff`: the share of the alone rate below which the drafter loses
@@ -165,6 +166,10 @@ class SpeculativeDecoder:
         finally:
             if self.cores is not None:
                 loan.close()
+
+    def forget(self) -> None:
+        """Earlier recordings' text is no longer looked up."""
+        self.history = HistoryLookup()
 
     def encoder_ready(self, index: int) -> bool:
         """Whether the drafter can spare its cores for the target's encoder of window
@@ -306,68 +311,3 @@ class Payoff:
         tokens, seconds = self._committed - self._first, self._now - self._start
         self.lost = tokens * self.alone_step_s < LOSING_BELOW * seconds
         return self.lost
-
-
-class CoreLoan:
-    """The drafter's cores lent to the target, for one window's encoder or decoding, as soon
-    as it can spare them.
-
-    The encoder is most of a window's target time and takes about half as long on two cores
-    as on one. `take` is called before the encoder and between its layers (`Target.encode`):
-    once the drafter can spare its cores (`DrafterProcess.spare`: past its own encoder for the
-    window, or for a whole-window drafter done with it), it is stopped where it is and the
-    target runs the rest of its encoder on the drafter's cores too; `close` continues the
-    drafter. Stopped earlier, the drafter would have nothing for the target's first steps
-    (asterisk + piper long-form, 2 recordings: lending always 1.41x end to end; only when the
-    drafter had encoded the window by the encoder's start 1.49x; ct2:whisper-tiny.en on the
-    bench set, stopped once past its encoder rather than done: 18.9 % plain steps, not 7.5 %).
-    While decoding, `take` is called before each target pass (`speculative_decode`).
-
-    Args:
-        drafter: the drafter process (None, or lost: the cores are free).
-        index: the window, in the drafter's numbering.
-        threads: the target's own threads.
-        extra: the drafter's threads, added to the target's while lent.
-        ready: whether the drafter can spare its cores now (default: `DrafterProcess.spare`).
-        policy: told when the target runs alone (`BudgetPolicy.alone`), if given.
-    """
-
-    def __init__(
-        self,
-        drafter: DrafterProcess | None,
-        index: int,
-        threads: int,
-        extra: int,
-        ready: Callable[[], bool] | None = None,
-        policy: BudgetPolicy | None = None,
-    ) -> None:
-        self.drafter = drafter
-        self.index = index
-        self.threads = threads
-        self.extra = extra
-        self.ready = ready or (lambda: drafter is not None and drafter.spare(index))
-        self.policy = policy
-        self.taken = False
-
-    def take(self) -> bool:
-        """Takes the drafter's cores if it can spare them now (once per loan); whether taken."""
-        d = self.drafter
-        if self.taken:
-            return True
-        if d is not None:
-            d.poll()
-            if d.alive and not (self.ready() and d.stop()):
-                return False
-        torch.set_num_threads(self.threads + self.extra)
-        if self.policy is not None:
-            self.policy.alone(True)
-        self.taken = True
-        return True
-
-    def close(self) -> None:
-        """Gives the cores back: the drafter goes on, the target keeps its own threads."""
-        if self.drafter is not None:
-            self.drafter.resume()
-        torch.set_num_threads(self.threads)
-        if self.policy is not None:
-            self.policy.alone(False)

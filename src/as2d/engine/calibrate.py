@@ -24,6 +24,9 @@ from as2d.writers import atomic_path
 
 CPU = torch.device("cpu")
 CONTEXT = 64  # cached positions the passes are measured over (a typical mid-window length)
+# Measured costs are cached per version of the code that they time: bump it when a change
+# moves them (v2: oneDNN verify passes and int8 drafters), or old timings steer `auto`.
+COST_VERSION = "v2"
 
 
 def measure_cost(
@@ -88,6 +91,17 @@ def _cpu_model() -> str:
     except OSError:
         names = []
     return names[0].strip() if names else "unknown-cpu"
+
+
+def cost_path(cache: Path, model: str, device: torch.device, threads: int) -> Path:
+    """Where the cost of `model` (a name, path or id, with its settings) on `threads` of
+    `device` is cached under `cache`.
+
+    Example: cost_path(Path("~/.cache/as2d"), "whisper-base-cpu-default", CPU, 2)
+    -> ~/.cache/as2d/cost/v2/<machine_key>/whisper-base-cpu-default-2threads.json
+    """
+    name = re.sub(r"[^\w.-]+", "_", model)
+    return cache / "cost" / COST_VERSION / machine_key(device) / f"{name}-{threads}threads.json"
 
 
 def cached_cost(

@@ -1,11 +1,104 @@
-"""Target-only decoding of one window: the baseline every method must equal."""
+"""What every method's window decoder offers (`WindowDecoder`), and target-only decoding:
+the baseline every method must equal."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from typing import TYPE_CHECKING, Any, Protocol
 
+from as2d.engine.speculative import StepCounts
 from as2d.engine.target import Encoded, Target
-from as2d.verify import Greedy, Rule
+from as2d.engine.verify import Greedy, Rule
+from as2d.types import DrafterActivity, Window
+
+if TYPE_CHECKING:
+    from as2d.runtime.cores import CoreLoan
+    from as2d.runtime.drafter import DrafterProcess
+
+
+class WindowDecoder(Protocol):
+    """One method's decoding of a recording's windows (target-only `TargetOnlyDecoder`,
+    as2d and pld `SpeculativeDecoder`, sd `CoupledDecoder`; `engine.factory` builds them).
+    `Transcriber` runs each window through it the same way:
+
+        for window in decoder.windows(windows):
+            with decoder.lend_cores(window) as loan:      # the target's encoder
+                encoded = target.encode(window.audio, loan.take if loan else None)
+                decoder.prepare(window)
+            tokens, counts = decoder.decode(window, encoded, prompt, rule, request)
+    """
+
+    drafter: DrafterProcess | None  # the drafter process, if the method has one
+    base: int  # the drafter's number of the current recording's window 0
+
+    def windows(self, windows: Iterable[Window]) -> Iterator[Window]:
+        """The recording's windows in order (as2d hands each to its drafter early)."""
+        ...
+
+    def lend_cores(self, window: Window) -> AbstractContextManager[CoreLoan | None]:
+        """Around the target's encoder of `window`: the drafter's cores, once it can spare them."""
+        ...
+
+    def prepare(self, window: Window) -> None:
+        """What the method does with a window before decoding it (sd: the drafter's encoder)."""
+        ...
+
+    def decode(
+        self,
+        window: Window,
+        encoded: Any,
+        prompt: Sequence[int],
+        rule: Rule,
+        request: Sequence[int] = (),
+    ) -> tuple[list[int], StepCounts]:
+        """One window's output (greedy: equal to target-only), with its step counts.
+        `request`: the user's request in target tokens (task ask)."""
+        ...
+
+    def activity(self) -> DrafterActivity | None:
+        """The drafter's work so far (None without a drafter)."""
+        ...
+
+    def forget(self) -> None:
+        """Drops what earlier recordings left behind (the history lookup's text)."""
+        ...
+
+
+class TargetOnlyDecoder:
+    """The target alone, one forward per output token (`decode_target_only`)."""
+
+    drafter: DrafterProcess | None = None
+    base = 0
+
+    def __init__(self, target: Target[Any]) -> None:
+        self.target = target
+
+    def windows(self, windows: Iterable[Window]) -> Iterator[Window]:
+        yield from windows
+
+    def lend_cores(self, window: Window) -> AbstractContextManager[CoreLoan | None]:
+        return nullcontext(None)  # no drafter: the target has every core already
+
+    def prepare(self, window: Window) -> None:
+        pass
+
+    def decode(
+        self,
+        window: Window,
+        encoded: Any,
+        prompt: Sequence[int],
+        rule: Rule,
+        request: Sequence[int] = (),
+    ) -> tuple[list[int], StepCounts]:
+        tokens = decode_target_only(self.target, encoded, prompt, rule)
+        return tokens, StepCounts(plain_steps=len(tokens))
+
+    def activity(self) -> DrafterActivity | None:
+        return None
+
+    def forget(self) -> None:
+        pass
 
 
 def decode_target_only(

@@ -9,17 +9,19 @@ and on the target's threads, one after the other.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager, nullcontext
 
 import numpy as np
 
 from as2d.drafting.coupled import CachedDrafter, CoupledDrafter
 from as2d.engine.policy import BudgetPolicy, CostModel, FixedBudget
 from as2d.engine.speculative import StepCounts, speculative_decode
+from as2d.engine.verify import Rule
 from as2d.models.tokenizer import WhisperTokenizer
 from as2d.models.whisper import EncodedAudio, WhisperTarget
+from as2d.runtime.cores import CoreLoan
 from as2d.runtime.drafter import DrafterProcess
 from as2d.types import SAMPLE_RATE, DrafterActivity, Window
-from as2d.verify import Rule
 
 
 class CoupledDecoder:
@@ -74,6 +76,10 @@ class CoupledDecoder:
         """The windows as they come: nothing is drafted ahead."""
         yield from windows
 
+    def lend_cores(self, window: Window) -> AbstractContextManager[CoreLoan | None]:
+        """Nothing to lend: the drafter runs in turn with the target, on its threads."""
+        return nullcontext(None)
+
     def prepare(self, window: Window) -> None:
         """The drafter's encoder forward over the window (part of the window's encode time)."""
         self._encoded = self.source.drafter.encode(window.audio)
@@ -85,11 +91,11 @@ class CoupledDecoder:
         encoded: EncodedAudio,
         prompt: Sequence[int],
         rule: Rule,
-        request_tokens: Sequence[int] = (),
+        request: Sequence[int] = (),
     ) -> tuple[list[int], StepCounts]:
         """One window's output (greedy: equal to target-only), with its step counts.
 
-        `request_tokens` is unused: sd runs Whisper targets, which take no requests.
+        `request` is unused: sd runs Whisper targets, which take no requests.
         """
         assert self._encoded is not None, "prepare(window) first"
         self.source.start(self._encoded, self._prompt(prompt))
@@ -100,6 +106,9 @@ class CoupledDecoder:
     def activity(self) -> DrafterActivity:
         """Seconds spent drafting (encoder forwards excluded) and windows drafted."""
         return DrafterActivity(self.name, self.source.busy_s, self._windows, lost=False)
+
+    def forget(self) -> None:
+        """Nothing carries over from one recording to the next."""
 
     def _prompt(self, target_prompt: Sequence[int]) -> list[int]:
         """The drafter's prompt: the target's when the vocabulary is the same, else its own

@@ -30,18 +30,16 @@ from tqdm import tqdm
 
 from as2d.api import AudioInput, Transcriber
 from as2d.audio.load import audio_duration, load_audio
-from as2d.drafting.sources import HistoryLookup
-from as2d.engine.as2d import SpeculativeDecoder
-from as2d.engine.policy import BudgetPolicy
 from as2d.engine.target import TargetAdapter
 from as2d.eval.catalog import Config
 from as2d.eval.datasets import Recording
 from as2d.eval.machine import wait_children_idle, wait_quiet
 from as2d.eval.timeline import Timeline, recording_timeline
-from as2d.options import Options, thread_split
+from as2d.options import Options
 from as2d.types import SAMPLE_RATE, RunStats, WindowResult
 
 T = TypeVar("T")
+SHARED_BUDGETS = ("as2d", "pld")  # methods whose budgets share one Transcriber (`set_budget`)
 WARM_UP_S = 20.0  # the untimed first decode of every configuration: this much audio
 
 
@@ -135,16 +133,16 @@ def _timeline_config(configs: Sequence[Config]) -> Config:
 @dataclass
 class Loaded:
     """A Transcriber per configuration; configurations that differ only in budget share one
-    (one drafter process, not one per budget) and swap in their own budget policy."""
+    (one drafter process, not one per budget) and switch it to their budget when used."""
 
     transcribers: dict[Config, Transcriber] = field(default_factory=dict)
-    policies: dict[Config, BudgetPolicy] = field(default_factory=dict)
+    shared: set[Config] = field(default_factory=set)  # those whose Transcriber is shared
 
     def use(self, config: Config) -> Transcriber:
-        """The transcriber of `config`, with `config`'s budget policy in place."""
+        """The transcriber of `config`, on `config`'s budget."""
         transcriber = self.transcribers[config]
-        if config in self.policies and isinstance(transcriber.speculative, SpeculativeDecoder):
-            transcriber.speculative.policy = self.policies[config]
+        if config in self.shared:
+            transcriber.set_budget(config.budget)
         return transcriber
 
     def close(self) -> None:
@@ -169,13 +167,10 @@ def _load(
             if transcriber is None:
                 transcriber = Transcriber(config.options(base), shared_target=target)
                 target = transcriber.target  # loaded once, by the first configuration
-            speculative = transcriber.speculative
-            if isinstance(speculative, SpeculativeDecoder):  # budgets are swappable policies
+            if config.method in SHARED_BUDGETS:
                 by_drafter[key] = transcriber
-                threads = thread_split(transcriber.options)[0]
-                encoded = transcriber.warm_up()
-                policy = transcriber.budget_policy(config.budget, encoded, threads)
-                loaded.policies[config] = policy
+                loaded.shared.add(config)
+                transcriber.set_budget(config.budget)  # measures an auto budget's costs now
             loaded.transcribers[config] = transcriber
     except BaseException:
         loaded.close()
@@ -203,9 +198,15 @@ def _measure(loaded: Loaded, bench: BenchRun, settings: BenchSettings) -> Iterat
                 waited = time.perf_counter() - started
                 transcriber = loaded.use(config)
                 windows, stats = _decode(transcriber, recording.audio, recording.language)
-                threads = thread_split(transcriber.options)[0]
                 yield RecordingRun(
-                    config, recording, repeat, position, threads, windows, stats, waited
+                    config,
+                    recording,
+                    repeat,
+                    position,
+                    transcriber.threads,
+                    windows,
+                    stats,
+                    waited,
                 )
             turn += 1
 
@@ -225,9 +226,8 @@ def _decode(
 ) -> tuple[list[WindowResult], RunStats]:
     """One recording (a path or samples) in `language` (unless the run has one), with a fresh
     history, at the config's threads."""
-    torch.set_num_threads(thread_split(transcriber.options)[0])  # process-wide: set per decode
-    if isinstance(transcriber.speculative, SpeculativeDecoder):
-        transcriber.speculative.history = HistoryLookup()
+    torch.set_num_threads(transcriber.threads)  # process-wide: set per decode
+    transcriber.forget()
     run = transcriber.transcribe(audio, language)
     windows = list(run)
     return windows, run.stats

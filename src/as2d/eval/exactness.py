@@ -185,7 +185,7 @@ def decode_dataset(
         The windows per recording, and the target (to share with the next configuration).
     """
     with Transcriber(config.options(base), shared_target=target) as transcriber:
-        drafter = transcriber.speculative.drafter if transcriber.speculative else None
+        drafter = transcriber.drafter
         if drafter is not None:  # drafts must be there to be checked: wait for the model
             drafter.wait_ready(DRAFTER_READY_S)
         decoded = []

@@ -126,14 +126,13 @@ def recording_timeline(
         stats: the run's stats (`started_at` is the origin of the time axis).
         title: shown above the plot.
     """
-    speculative = transcriber.speculative
-    drafter = speculative.drafter if speculative is not None else None
+    decoder, drafter = transcriber.decoder, transcriber.drafter
     lanes: tuple[Span, ...] = ()
-    if drafter is not None and speculative is not None:
-        base = speculative.base - len(results)  # the decoder has moved past this recording
+    if drafter is not None:
+        base = decoder.base - len(results)  # the decoder has moved past this recording
         _await_last_report(drafter, base + len(results) - 1)
         lanes = drafter_spans(drafter.intervals, base, len(results), stats.started_at)
-    target = target_spans(results, stats.started_at, speculative is not None)
+    target = target_spans(results, stats.started_at, transcriber.options.method != "target")
     return Timeline(title, stats.wall_s, target, lanes)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from as2d.verify import Verdict, greedy_accept, sample_accept
+from as2d.engine.verify import Verdict, greedy_accept, sample_accept
 
 # --- greedy ---------------------------------------------------------------------------
 
