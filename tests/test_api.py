@@ -3,6 +3,7 @@ bundled whisper-base on a real recording (pld: no drafter process, so nothing ra
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -51,3 +52,15 @@ def test_set_budget_of_a_method_without_one_is_a_clear_error() -> None:
     target_only = Transcriber(Options(**ENGLISH, method="target"), warm=False)
     with target_only, pytest.raises(ValueError, match="method target has no budget"):
         target_only.set_budget(4)
+
+
+def test_as2d_without_a_drafter_process_decodes_on_every_core_as_target_only() -> None:
+    """What a one-off command runs where no recording is long enough for drafting to pay."""
+    options = Options(target="whisper-base", language="en", method="as2d")
+    with Transcriber(options, spawn_drafter=False) as as2d:
+        assert as2d.drafter is None and as2d.threads == len(os.sched_getaffinity(0))
+        windows = list(as2d.transcribe(CLIP))
+        assert as2d.decoder.activity() is None
+    with Transcriber(Options(**ENGLISH, method="target")) as target_only:
+        expected, _ = accepted(target_only)
+    assert [w.token_ids for w in windows] == expected

@@ -81,6 +81,7 @@ class Transcriber:
         shared_target: TargetAdapter[Any] | None = None,
         *,
         drafter_process: DrafterProcess | None = None,
+        spawn_drafter: bool = True,
         warm: bool = True,
         **overrides: object,
     ) -> None:
@@ -89,9 +90,12 @@ class Transcriber:
 
         `drafter_process`: the process of `drafter_spec(options)`, already started (the
         command line starts it before importing torch, so that both load side by side); the
-        Transcriber owns it from then on. `warm`: run `warm_up` now, so that the first
-        recording's timing leaves out first calls; a one-off target-only command saves an
-        encoder pass without it (speculative methods warm up anyway, see below).
+        Transcriber owns it from then on. `spawn_drafter=False`: no drafter process, even for
+        as2d, which then decodes every window as `DraftGate`'s refused ones (a command whose
+        recordings are all too short for drafting to pay, `gate.drafting_may_pay`).
+        `warm`: run `warm_up` now, so that the first recording's timing leaves out first
+        calls; a one-off target-only command saves an encoder pass without it (speculative
+        methods warm up anyway, see below).
 
         Whatever fails here (a bad option or model, Ctrl-C) closes what was started and sets
         the thread count back, as `close` does, before it raises.
@@ -102,10 +106,14 @@ class Transcriber:
             self.options = options or Options(**overrides)  # type: ignore[arg-type]
             self._check_family(shared_target)
             target_threads, drafter_threads = thread_split(self.options)
+            if not spawn_drafter:  # the drafter's cores are the target's
+                threads = self.options.threads or target_threads + drafter_threads
+                target_threads, drafter_threads = threads, 0
             self.threads, self.drafter_threads = target_threads, drafter_threads
             torch.set_num_threads(target_threads)
             # Started before the target loads, so that the drafter's model loads meanwhile.
-            self._drafter = self._drafter or start_drafter(drafter_spec(self.options))
+            if self._drafter is None and spawn_drafter:
+                self._drafter = start_drafter(drafter_spec(self.options))
             o = self.options
             self.target = shared_target or load_target(o.target, o.device, torch_dtype(o.dtype))
             self.tokenizer = self.target.tokenizer
@@ -113,15 +121,17 @@ class Transcriber:
             self.request_tokens = self.tokenizer.encode(request) if request else []
             self.rule = rule(o, rounding_bound(self.target.dtype))
             # Warm-up passes keep first calls out of timings: the runs' (`warm`), and the costs
-            # that speculative methods measure on first use; a one-off target-only run skips them.
-            encoded = self.warm_up() if warm or o.method != "target" else None
+            # that speculative methods measure on first use; a one-off run with costs cached
+            # skips them.
+            encoded = self.warm_up() if warm else None
             # The drafter's model loads before costs are measured (it shares the machine),
             # and outside any run's timing.
             if self._drafter is not None:
                 self._drafter.wait_ready(DRAFTER_LOAD_S)
             self._factory = DecoderFactory(
-                o, self.target, (target_threads, drafter_threads), encoded
-            )
+                o, self.target, (target_threads, drafter_threads),
+                lambda: self.warm_up() if encoded is None else encoded,
+            )  # fmt: skip
             self.decoder: WindowDecoder = self._factory.decoder(self._drafter)
             self._policies: dict[int | None, BudgetPolicy] = {}  # `set_budget`'s, by budget
         except BaseException:

@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING
 
 # Only what argument parsing needs is imported here (no torch, no transformers): `--help`
 # answers at once, and each command imports the library modules it uses when it runs.
+from as2d.engine.gate import drafting_may_pay
 from as2d.eval.catalog import DRAFTERS, Config, catalog
-from as2d.models.bundled import ModelNotFoundError
+from as2d.models.bundled import ModelNotFoundError, cache_root
 from as2d.options import DTYPES, METHODS, Options, check, drafter_spec, parse_budget
 from as2d.runtime.drafter import start_drafter
 from as2d.writers import FORMATS, FileResult, output_path, render, write_atomic
@@ -247,33 +248,48 @@ def transcribe_files(args: argparse.Namespace) -> int:
     todo = [f for f in args.files if not (out_dir and skip(f, out_dir, args))]
     if not todo:
         return EXIT_OK
-    with open_transcriber(options) as transcriber:
+    with open_transcriber(options, todo) as transcriber:
         failed = sum(not transcribe_one(transcriber, f, out_dir, args) for f in todo)
     if failed == 0:
         return EXIT_OK
     return EXIT_USAGE if failed == len(todo) else EXIT_SOME_FAILED
 
 
-def open_transcriber(options: Options) -> Transcriber:
-    """The Transcriber of a one-off command: its drafter process starts before torch is
-    imported here, so that both load side by side, and no warm-up passes that only serve
-    timing are run (see `Transcriber`)."""
+def open_transcriber(options: Options, files: Sequence[str]) -> Transcriber:
+    """The Transcriber of a one-off command over `files`: its drafter process starts before
+    torch is imported here, so that both load side by side, and no warm-up passes that only
+    serve timing are run (see `Transcriber`). Where no file is long enough for drafting to
+    pay on this machine (`drafting_may_pay`), no drafter process starts at all."""
     try:
         check(options)  # before a drafter is started for nothing
-        drafter = start_drafter(drafter_spec(options))
+        spawn = drafting_may_pay(options, cache_root(), _durations(files))
+        drafter = start_drafter(drafter_spec(options)) if spawn else None
     except ValueError as err:
         raise UsageError(str(err)) from err
     try:
         from as2d.api import Transcriber
 
         quiet_transformers()
-        return Transcriber(options, drafter_process=drafter, warm=False)  # owns the drafter
+        # The Transcriber owns the drafter from here on.
+        return Transcriber(options, drafter_process=drafter, spawn_drafter=spawn, warm=False)
     except BaseException as err:
         if drafter is not None:  # Ctrl-C while torch loads, before the Transcriber owns it
             drafter.close()
         if isinstance(err, ValueError):
             raise UsageError(str(err)) from err
         raise
+
+
+def _durations(files: Sequence[str]) -> Iterator[float]:
+    """Each readable file's length in seconds, from its header (unreadable ones are
+    reported when their turn comes)."""
+    from as2d.audio.load import AudioError, audio_duration
+
+    for file in files:
+        try:
+            yield audio_duration(file)
+        except AudioError:
+            continue
 
 
 def compare_methods(args: argparse.Namespace) -> int:

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from as2d.drafting.sources import Candidate
-from as2d.engine.as2d import MIN_SHARED_PASSES, PROBE_EVERY, RECENT_WINDOWS, DraftGate, Payoff
+from as2d.engine.as2d import MIN_SHARED_PASSES, Payoff
+from as2d.engine.costs import (
+    cost_path,
+    drafter_costs_path,
+    machine_key,
+    save_drafter_costs,
+    target_cost_name,
+)
+from as2d.engine.gate import PROBE_EVERY, RECENT_WINDOWS, DraftGate, drafting_may_pay
 from as2d.engine.policy import (
     AcceptanceEstimate,
     AutoBudget,
@@ -17,6 +26,7 @@ from as2d.engine.policy import (
     choose_budget,
     expected_tokens,
 )
+from as2d.options import Options
 
 COST = CostModel((1.0, 1.1, 1.2, 1.6))  # seconds per pass for k = 0..3
 
@@ -278,3 +288,30 @@ def test_draft_gate_counts_only_drafted_windows_for_accuracy() -> None:
     for _ in range(RECENT_WINDOWS):
         gate.observe(3.0, 9, 0, drafted=False)  # short windows the target decoded alone
     assert gate.pays(25.0, TINY_EN)
+
+
+# ---------------------------------------------------------------- whether to start a drafter
+
+
+def _kept_costs(cache: Path, target_steps: tuple[float, float], drafter: tuple[float, float]):
+    """Costs kept in `cache` as earlier runs keep them: the target's step on 2 threads and on
+    1 (`target_steps`), the drafter's warm-up costs on 1."""
+    machine = machine_key()
+    for threads, step in zip((2, 1), target_steps, strict=True):
+        path = cost_path(cache, target_cost_name("whisper-base", "cpu", None), machine, threads)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        CostModel((step, 1.2 * step, 1.4 * step)).save(path)
+    save_drafter_costs(drafter_costs_path(cache, "whisper-tiny.en", 1), drafter)
+
+
+def test_no_drafter_starts_for_recordings_too_short_to_pay(tmp_path: Path, monkeypatch) -> None:
+    """The one-off command on a short recording: the drafter process would only slow the
+    target down, so it is not started; a 30 s window or an unknown cost starts it."""
+    monkeypatch.setattr("as2d.runtime.cores._cores", lambda: 2)
+    options = Options(target="whisper-base", method="as2d", language="en")
+    assert drafting_may_pay(options, tmp_path, [3.0])  # nothing measured yet
+    _kept_costs(tmp_path, (BASE_STEP_S, 0.0171), TINY_EN)
+    assert not drafting_may_pay(options, tmp_path, [2.0, 3.0])
+    assert drafting_may_pay(options, tmp_path, [3.0, 600.0])  # a 30 s window pays
+    assert drafting_may_pay(replace(options, draft_gate=False), tmp_path, [3.0])
+    assert drafting_may_pay(replace(options, device="cuda"), tmp_path, [3.0])

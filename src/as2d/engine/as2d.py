@@ -23,6 +23,7 @@ import torch
 from as2d.drafting.aligner import DrafterStreamSource, WordKeys
 from as2d.drafting.draft_tokens import DraftTokens
 from as2d.drafting.sources import CandidateSource, HistoryLookup, PromptLookup
+from as2d.engine.gate import PROBE_EVERY, DraftGate
 from as2d.engine.policy import BudgetPolicy
 from as2d.engine.speculative import StepCounts, speculative_decode
 from as2d.engine.target import Target, TextTokenizer
@@ -33,11 +34,6 @@ from as2d.types import DrafterActivity, Window
 
 MIN_SHARED_PASSES = 8  # passes a window's drafter shares the cores before `Payoff` judges it
 LOSING_BELOW = 0.75  # `Payoff`: the share of the alone rate below which the drafter loses
-PROBE_EVERY = 4  # a drafter that did not pay keeps its cores for this window's encoder
-TOKENS_PER_S = 3.0  # `DraftGate`'s guess before any window: speech is 2.4-3.4 (bench and hard sets)
-FROM_DRAFTS = 0.7  # `DraftGate`'s guess of the share of tokens committed from drafts
-SAVED_PER_TOKEN = 0.7  # share of a plain step that a token committed from a draft saves
-RECENT_WINDOWS = 8  # windows `DraftGate` estimates from
 
 
 class SpeculativeDecoder:
@@ -198,75 +194,6 @@ class SpeculativeDecoder:
             return
         if self.gate is None or self.gate.pays(window.duration, d.warm_costs):
             d.submit(replace(window, index=index))  # else the target decodes it alone
-
-
-class DraftGate:
-    """Whether drafting a window can pay for the cores it takes, decided from its length
-    before the drafter sees it.
-
-    While the drafter works on a window, it takes `share` of the cores: for its encoder (as
-    long for 2 s of speech as for 30 s) and a step per token (`DrafterProcess.warm_costs`,
-    timed at its start-up: a window's own times include the SIGSTOPs of core loans). Its
-    encoder runs beside the target's, which scales with cores: it costs the target `share` of
-    its time. Its steps run beside the target's steps, which scale with cores on some machines
-    and not at all on others (whisper-base: 9.7 ms on 2 cores of one EPYC, 21-24 ms on 1 or 2
-    of an older one): they cost `step_loss`, 1 - step on every core / step on the target's
-    own threads, at most `share`. Each token the target commits from a draft saves it most of
-    a plain step on every core (`SAVED_PER_TOKEN` of `alone_step_s`). With the window's
-    tokens expected from its length (tokens per second of audio in recent windows) and the
-    share of tokens committed from drafts in recent drafted windows, a window is drafted when
-    the saving expected exceeds the cost; the others the target decodes alone on every core,
-    as target-only does. A few seconds of speech hold too few tokens to pay for the drafter's
-    encoder (whisper-base with tiny.en on 2 cores: 4-7 s to break even on the first EPYC,
-    about 20 s on the older one, whose int8 encoder takes 1.4 s).
-    A drafter judged too inaccurate still gets every `PROBE_EVERY`-th window, so that it is
-    noticed when it agrees again (a new speaker, language or recording).
-    """
-
-    def __init__(
-        self,
-        alone_step_s: float | None,
-        cores: tuple[int, int],
-        shared_step_s: float | None = None,
-    ) -> None:
-        threads, extra = cores
-        self.alone_step_s = alone_step_s
-        self.share = extra / (threads + extra)
-        self.step_loss = self.share
-        if alone_step_s is not None and shared_step_s is not None:
-            self.step_loss = min(self.share, max(0.0, 1 - alone_step_s / shared_step_s))
-        self._rate: deque[tuple[float, int]] = deque(maxlen=RECENT_WINDOWS)  # (seconds, tokens)
-        self._drafted: deque[tuple[int, int]] = deque(maxlen=RECENT_WINDOWS)  # (tokens, drafted)
-        self._refused = 0  # windows refused in a row for too few tokens from drafts
-
-    def pays(self, seconds: float, costs: tuple[float, float] | None) -> bool:
-        """Whether to draft a window of `seconds` of audio, given the drafter's (encoder s,
-        step s); True while either is unknown."""
-        if costs is None or self.alone_step_s is None:
-            return True
-        encode_s, step_s = costs
-        tokens = seconds * _ratio(self._rate, TOKENS_PER_S)
-        cost = encode_s * self.share + tokens * step_s * self.step_loss
-        most = tokens * SAVED_PER_TOKEN * self.alone_step_s  # saved were every token drafted
-        if most * _ratio(self._drafted, FROM_DRAFTS) > cost:
-            self._refused = 0
-            return True
-        if most * FROM_DRAFTS <= cost:
-            return False  # too short for a drafter of usual accuracy
-        self._refused += 1
-        return self._refused % PROBE_EVERY == 0
-
-    def observe(self, seconds: float, tokens: int, from_drafts: int, drafted: bool) -> None:
-        """A window decoded: its audio length, tokens, and those committed from candidates."""
-        self._rate.append((seconds, tokens))
-        if drafted:
-            self._drafted.append((tokens, from_drafts))
-
-
-def _ratio(pairs: Iterable[tuple[float, float]], prior: float) -> float:
-    """Σ second / Σ first over `pairs`, else `prior`."""
-    total = sum(p[0] for p in pairs)
-    return sum(p[1] for p in pairs) / total if total > 0 else prior
 
 
 class Payoff:

@@ -3,17 +3,15 @@
 The policy (DESIGN.md, Policy) needs the latency of one target forward over 1 + k tokens for
 k = 0 (a plain step) to K. It depends on the machine, the model and the thread count, so it is
 measured on a real window's encoder output and cached as JSON beside the converted weights,
-under a key of the processor, the torch version and the device (`machine_key`). On a GPU each
+under a key of the processor, the torch version and the device (`costs.machine_key`). On a GPU each
 pass is timed to the end of its queued kernels, not to their launch.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
@@ -24,9 +22,6 @@ from as2d.writers import atomic_path
 
 CPU = torch.device("cpu")
 CONTEXT = 64  # cached positions the passes are measured over (a typical mid-window length)
-# Measured costs are cached per version of the code that they time: bump it when a change
-# moves them (v2: oneDNN verify passes and int8 drafters), or old timings steer `auto`.
-COST_VERSION = "v2"
 
 
 def measure_cost(
@@ -72,54 +67,25 @@ def synced_clock(device: torch.device) -> float:
     return time.perf_counter()
 
 
-def machine_key(device: torch.device) -> str:
-    """What a measured cost holds for: the CPU model (or GPU name), torch version, device.
-
-    Example: "intel_r_xeon_r_processor-torch2.13.0_cpu-cpu-2a5fe7a2"
-    """
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_model()
-    text = f"{name}-torch{torch.__version__}-{device.type}"
-    digest = hashlib.sha256(text.encode()).hexdigest()[:8]  # tells apart what the slug merges
-    return f"{re.sub(r'[^a-z0-9.-]+', '_', text.lower())[:80]}-{digest}"
-
-
-def _cpu_model() -> str:
-    """The processor's model name from /proc/cpuinfo ("unknown-cpu" where there is none)."""
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            names = [line.split(":", 1)[1] for line in cpuinfo if line.startswith("model name")]
-    except OSError:
-        names = []
-    return names[0].strip() if names else "unknown-cpu"
-
-
-def cost_path(cache: Path, model: str, device: torch.device, threads: int) -> Path:
-    """Where the cost of `model` (a name, path or id, with its settings) on `threads` of
-    `device` is cached under `cache`.
-
-    Example: cost_path(Path("~/.cache/as2d"), "whisper-base-cpu-default", CPU, 2)
-    -> ~/.cache/as2d/cost/v2/<machine_key>/whisper-base-cpu-default-2threads.json
-    """
-    name = re.sub(r"[^\w.-]+", "_", model)
-    return cache / "cost" / COST_VERSION / machine_key(device) / f"{name}-{threads}threads.json"
-
-
 def cached_cost(
     path: Path,
     target: Target[Encoded],
-    encoded: Encoded,
-    prompt: Sequence[int],
+    window: Callable[[], tuple[Encoded, Sequence[int]]],
     max_k: int = 16,
     device: torch.device = CPU,
 ) -> CostModel:
-    """The cost model stored at `path`, measured and stored first if missing or unreadable."""
+    """The cost model stored at `path`, measured and stored first if missing or unreadable.
+
+    `window()` gives what to measure on (an encoded window and its prompt); it is called only
+    when the cost must be measured, so a cached cost costs no encoder pass.
+    """
     try:
         cost = CostModel.load(path)
         if cost.max_k >= max_k:
             return cost
     except (OSError, ValueError, KeyError, json.JSONDecodeError):
         pass
-    cost = measure_cost(target, encoded, prompt, max_k, device=device)
+    cost = measure_cost(target, *window(), max_k, device=device)
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(path) as tmp:
         cost.save(tmp)

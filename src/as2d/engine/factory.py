@@ -5,13 +5,15 @@ once per machine, then cached), as2d/pld's `SpeculativeDecoder`, sd's `CoupledDe
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
 
 from as2d.engine.as2d import SpeculativeDecoder
-from as2d.engine.calibrate import cached_cost, cost_path
+from as2d.engine.calibrate import cached_cost
+from as2d.engine.costs import cost_path, machine_key, target_cost_name
 from as2d.engine.decode import TargetOnlyDecoder, WindowDecoder
 from as2d.engine.policy import AutoBudget, BudgetPolicy, CostModel, FixedBudget
 from as2d.engine.sd import CoupledDecoder, with_drafting
@@ -30,8 +32,8 @@ class DecoderFactory:
         options: the method, budget, drafter and device.
         target: the loaded target.
         cores: (the target's threads, the drafter process's; 0 without one).
-        encoded: a window the target encoded (warm-up), to measure costs on; None where no
-            cost is needed (target-only).
+        warm_up: warms the target up and returns a window it encoded, to measure costs on;
+            called once, when the first cost not cached yet is measured.
     """
 
     def __init__(
@@ -39,12 +41,13 @@ class DecoderFactory:
         options: Options,
         target: TargetAdapter[Any],
         cores: tuple[int, int],
-        encoded: Any,
+        warm_up: Callable[[], Any],
     ) -> None:
         self.options = options
         self.target = target
         self.threads, self.drafter_threads = cores
-        self.encoded = encoded
+        self._warm_up = warm_up
+        self._encoded: Any = None
 
     def decoder(self, drafter: DrafterProcess | None) -> WindowDecoder:
         """The window decoder of `options.method`; `drafter`: as2d's process."""
@@ -68,13 +71,12 @@ class DecoderFactory:
     def cost(self, threads: int) -> CostModel:
         """The target's measured pass cost on `threads` (measured once, then cached)."""
         o = self.options
-        name = f"{o.target}-{o.device}-{o.dtype or 'default'}"
-        path = cost_path(cache_root(), name, self.target.device, threads)
-        prompt = self.target.prompt(self.encoded, Request(o.task, "en", o.request))
+        path = cost_path(cache_root(), target_cost_name(o.target, o.device, o.dtype),
+                         self._machine(), threads)  # fmt: skip
         own = torch.get_num_threads()
         torch.set_num_threads(threads)
         try:
-            return cached_cost(path, self.target, self.encoded, prompt, o.max_k, self.target.device)
+            return cached_cost(path, self.target, self._window, o.max_k, self.target.device)
         finally:
             torch.set_num_threads(own)
 
@@ -113,7 +115,23 @@ class DecoderFactory:
 
     def _drafter_step_s(self, drafter: WhisperTarget) -> float:
         """sd's drafter model: its plain step on the target's threads (measured, cached)."""
-        silence = drafter.encode(np.zeros(SAMPLE_RATE, dtype=np.float32))
-        prompt = drafter.tokenizer.prompt(None, "transcribe")
-        path = cost_path(cache_root(), self.options.drafter, self.target.device, self.threads)
-        return cached_cost(path, drafter, silence, prompt, 0)[0]
+
+        def silence() -> tuple[Any, list[int]]:
+            encoded = drafter.encode(np.zeros(SAMPLE_RATE, dtype=np.float32))
+            return encoded, drafter.tokenizer.prompt(None, "transcribe")
+
+        path = cost_path(cache_root(), self.options.drafter, self._machine(), self.threads)
+        return cached_cost(path, drafter, silence, 0)[0]
+
+    def _window(self) -> tuple[Any, list[int]]:
+        """The warm-up's encoded window and the prompt costs are measured with."""
+        if self._encoded is None:
+            self._encoded = self._warm_up()
+        o = self.options
+        return self._encoded, self.target.prompt(self._encoded, Request(o.task, "en", o.request))
+
+    def _machine(self) -> str:
+        """The target's machine, as costs are kept under it."""
+        device = self.target.device
+        gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
+        return machine_key(device.type, gpu)

@@ -59,7 +59,8 @@ from typing import Any
 
 import numpy as np
 
-from as2d.models.bundled import ct2_dir
+from as2d.engine.costs import drafter_costs_path, save_drafter_costs
+from as2d.models.bundled import cache_root, ct2_dir
 from as2d.runtime.frames import FrameReader
 from as2d.runtime.launch import Keeper, start_child
 from as2d.runtime.spec import (
@@ -363,6 +364,8 @@ class DrafterProcess:
             self._finish(*args)
         elif kind == "ready":
             self.ready, self.warm_costs = True, (args[1], args[2])
+            path = drafter_costs_path(cache_root(), self.spec.name, self.spec.threads)
+            save_drafter_costs(path, self.warm_costs)  # for `gate.drafting_may_pay`
         elif kind == "error":
             self._lose(f"drafter failed: {args[0]}")
 
