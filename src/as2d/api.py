@@ -94,8 +94,8 @@ class Transcriber:
         as2d, which then decodes every window as `DraftGate`'s refused ones (a command whose
         recordings are all too short for drafting to pay, `gate.drafting_may_pay`).
         `warm`: run `warm_up` now, so that the first recording's timing leaves out first
-        calls; a one-off target-only command saves an encoder pass without it (speculative
-        methods warm up anyway, see below).
+        calls; a one-off command saves the passes without it (they still run before a cost
+        not measured yet on this machine is measured, see below).
 
         Whatever fails here (a bad option or model, Ctrl-C) closes what was started and sets
         the thread count back, as `close` does, before it raises.

@@ -71,8 +71,8 @@ class DecoderFactory:
     def cost(self, threads: int) -> CostModel:
         """The target's measured pass cost on `threads` (measured once, then cached)."""
         o = self.options
-        path = cost_path(cache_root(), target_cost_name(o.target, o.device, o.dtype),
-                         self._machine(), threads)  # fmt: skip
+        name = target_cost_name(o.target, o.device, o.dtype)
+        path = cost_path(cache_root(), name, self._machine(), threads)
         own = torch.get_num_threads()
         torch.set_num_threads(threads)
         try:
