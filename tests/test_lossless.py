@@ -251,11 +251,14 @@ def test_bad_drafter_gives_the_target_its_cores(faulty: tuple[str, dict[str, Run
     fault, runs = faulty
     for name, run in runs.items():
         alone = sum(w.alone for w in run.windows)
-        if fault == "sleep" and run.step_ratio is not None and run.step_ratio > LOSING_BELOW:
-            # A sleeping drafter takes no CPU, and where the target's steps on its own threads
-            # run within `Payoff`'s margin of every core's (whisper-base on a Zen 1 EPYC: 21-24
-            # ms on 1 or 2 threads), the cores are worth nothing to it: `Payoff` rightly keeps
-            # sharing. The promise still holds: the output is unchanged, no wait (tests above).
+        flat = run.step_ratio is not None and run.step_ratio > LOSING_BELOW
+        if fault in ("sleep", "random") and flat:
+            # A drafter that stays alive (asleep, or drafting nonsense) keeps its cores until
+            # `Payoff` finds the target losing by them; where the target's steps on its own
+            # threads run within `Payoff`'s margin of every core's (whisper-base on a Zen 1
+            # EPYC: 21-24 ms on 1 or 2 threads), the cores are worth nothing to its decoding,
+            # and `Payoff` rightly keeps sharing. The promise still holds: the output is
+            # unchanged and the target never waits (tests above).
             continue
         assert alone >= 0.5 * run.forwards, (fault, name, alone, run.forwards)
 
