@@ -208,10 +208,14 @@ def fail(message: str, code: int) -> int:
 
 
 def quiet_transformers() -> None:
-    """Our own bar is the only one on stderr: none from transformers while models load."""
-    from transformers.utils import logging
+    """Our own bar is the only one on stderr: none from transformers while models load.
+    transformers reads the hub's setting when it is imported (a Qwen target imports it, a
+    Whisper target does not); where it is loaded already, it is told directly."""
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    if "transformers" in sys.modules:
+        from transformers.utils import logging
 
-    logging.disable_progress_bar()
+        logging.disable_progress_bar()
 
 
 def list_models() -> int:

@@ -12,6 +12,7 @@ from as2d.engine.speculative import speculative_decode
 from as2d.models.bundled import source_files
 from as2d.models.tokenizer import WhisperTokenizer
 from as2d.models.whisper import WhisperTarget
+from as2d.models.whisper_net import WhisperNet
 
 AUDIO = np.random.default_rng(7).standard_normal(16_000 * 4).astype(np.float32) * 0.1
 
@@ -23,7 +24,7 @@ def multilingual() -> WhisperTokenizer:
 
 @pytest.fixture(scope="module")
 def target(tiny_random_whisper, english_tokenizer):
-    return WhisperTarget(tiny_random_whisper, english_tokenizer)
+    return WhisperTarget(WhisperNet.from_transformers(tiny_random_whisper), english_tokenizer)
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +36,9 @@ def expected(target):
 @pytest.fixture(scope="module")
 def other_drafter(english_tokenizer, random_whisper):
     """Another random model with the same (tiny.en) vocabulary."""
-    return WhisperTarget(random_whisper(english_tokenizer, 1), english_tokenizer)
+    return WhisperTarget(
+        WhisperNet.from_transformers(random_whisper(english_tokenizer, 1)), english_tokenizer
+    )
 
 
 def _expected(target: WhisperTarget, prompt: list[int]) -> tuple[object, list[int]]:
@@ -87,7 +90,9 @@ def test_drafter_with_another_vocabulary_gives_target_output(
     multilingual, other_drafter, random_whisper, k
 ):
     """Multilingual target, English-only drafter: drafts cross over through text."""
-    target = WhisperTarget(random_whisper(multilingual, 2), multilingual)
+    target = WhisperTarget(
+        WhisperNet.from_transformers(random_whisper(multilingual, 2)), multilingual
+    )
     prompt = [*multilingual.sot_sequence("en", "transcribe"), multilingual.no_timestamps]
     encoded, expected = _expected(target, prompt)
     drafter, english_tokenizer = other_drafter, other_drafter.tokenizer

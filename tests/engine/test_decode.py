@@ -2,39 +2,44 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
+from transformers import WhisperFeatureExtractor
 
 from as2d.engine.decode import decode_target_only
 from as2d.models.whisper import WhisperTarget
+from as2d.models.whisper_net import WhisperNet
 
 
 def _audio(seed: int) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal(16_000 * 3).astype(np.float32) * 0.1
 
 
-def _reference_scores(target: WhisperTarget, audio: np.ndarray, ids: list[int]) -> torch.Tensor:
-    """transformers' full forward without a cache: [len(ids), V] logits."""
-    feats = target.features(audio, sampling_rate=16_000, return_tensors="pt").input_features
+def _reference_scores(model: Any, audio: np.ndarray, ids: list[int]) -> torch.Tensor:
+    """transformers' features and full forward without a cache: [len(ids), V] logits."""
+    extractor = WhisperFeatureExtractor(feature_size=model.config.num_mel_bins)
+    feats = extractor(audio, sampling_rate=16_000, return_tensors="pt").input_features
     with torch.inference_mode():
-        out = target.model(input_features=feats, decoder_input_ids=torch.tensor([ids]))
+        out = model(input_features=feats, decoder_input_ids=torch.tensor([ids]))
     return out.logits[0]
 
 
 def test_forward_matches_transformers(tiny_random_whisper, english_tokenizer):
-    target = WhisperTarget(tiny_random_whisper, english_tokenizer)
+    target = WhisperTarget(WhisperNet.from_transformers(tiny_random_whisper), english_tokenizer)
     audio = _audio(1)
     ids = [english_tokenizer.sot, english_tokenizer.no_timestamps, 464, 2068, 7586, 21831]
     target.prefill(target.encode(audio), ids[:2])
     ours = target.forward(ids[2:])  # one pass of 4 tokens over a cache of 2
-    reference = _reference_scores(target, audio, ids)[2:]  # rows after ids[2..5]
+    reference = _reference_scores(tiny_random_whisper, audio, ids)[2:]  # rows after ids[2..5]
     # float32 noise between sdpa and our attention reaches 1.6e-4 on some CPUs (AMX hosts);
     # a wrong mask, position or cache row differs by orders of magnitude more.
     torch.testing.assert_close(ours, reference, rtol=1e-4, atol=5e-4)
 
 
 def test_rollback_then_forward_gives_the_same_scores(tiny_random_whisper, english_tokenizer):
-    target = WhisperTarget(tiny_random_whisper, english_tokenizer)
+    target = WhisperTarget(WhisperNet.from_transformers(tiny_random_whisper), english_tokenizer)
     encoded = target.encode(_audio(2))
     prompt = [english_tokenizer.sot, english_tokenizer.no_timestamps]
     target.prefill(encoded, prompt)
@@ -47,12 +52,12 @@ def test_rollback_then_forward_gives_the_same_scores(tiny_random_whisper, englis
 
 def test_greedy_equals_recomputed_greedy(tiny_random_whisper, english_tokenizer):
     """Each token equals the argmax of a cache-free forward over the whole sequence."""
-    target = WhisperTarget(tiny_random_whisper, english_tokenizer)
+    target = WhisperTarget(WhisperNet.from_transformers(tiny_random_whisper), english_tokenizer)
     audio = _audio(3)
     prompt = [english_tokenizer.sot, english_tokenizer.no_timestamps]
     tokens = decode_target_only(target, target.encode(audio), prompt)
     assert len(prompt) + len(tokens) <= target.max_length
-    scores = _reference_scores(target, audio, prompt + tokens)
+    scores = _reference_scores(tiny_random_whisper, audio, prompt + tokens)
     expected = scores[len(prompt) - 1 :].argmax(-1).tolist()
     assert tokens == expected[: len(tokens)]
     if len(prompt) + len(tokens) < target.max_length:
@@ -62,7 +67,7 @@ def test_greedy_equals_recomputed_greedy(tiny_random_whisper, english_tokenizer)
 def test_encode_calls_between_before_each_layer_and_keeps_its_output(
     tiny_random_whisper, english_tokenizer
 ):
-    target = WhisperTarget(tiny_random_whisper, english_tokenizer)
+    target = WhisperTarget(WhisperNet.from_transformers(tiny_random_whisper), english_tokenizer)
     audio = _audio(3)
     calls: list[int] = []
     hooked = target.encode(audio, between=lambda: calls.append(torch.get_num_threads()))

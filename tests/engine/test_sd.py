@@ -9,6 +9,7 @@ from as2d.engine.sd import CoupledDecoder, with_drafting
 from as2d.models.bundled import source_files
 from as2d.models.tokenizer import WhisperTokenizer
 from as2d.models.whisper import WhisperTarget
+from as2d.models.whisper_net import WhisperNet
 
 
 def test_with_drafting_adds_k_drafter_forwards():
@@ -29,8 +30,10 @@ def multilingual() -> WhisperTokenizer:
 def test_drafter_prompt_follows_the_target_prompt(
     tiny_random_whisper, english_tokenizer, multilingual
 ):
-    english = WhisperTarget(tiny_random_whisper, english_tokenizer)
-    target = WhisperTarget(tiny_random_whisper, multilingual)  # only its tokenizer matters here
+    english = WhisperTarget(WhisperNet.from_transformers(tiny_random_whisper), english_tokenizer)
+    target = WhisperTarget(
+        WhisperNet.from_transformers(tiny_random_whisper), multilingual
+    )  # only its tokenizer matters here
     en_prompt = [english_tokenizer.sot, english_tokenizer.no_timestamps]
     fr = [*multilingual.sot_sequence("fr", "translate"), multilingual.no_timestamps]
     # different vocabularies: the drafter's own prompt, with the target's language and task

@@ -13,6 +13,7 @@ from as2d.engine.decode import decode_target_only
 from as2d.engine.policy import AutoBudget, CostModel, FixedBudget
 from as2d.engine.speculative import speculative_decode
 from as2d.models.whisper import WhisperTarget
+from as2d.models.whisper_net import WhisperNet
 
 
 def _edit(tokens: list[int], seed: int, rate: float) -> list[int]:
@@ -32,7 +33,7 @@ def _edit(tokens: list[int], seed: int, rate: float) -> list[int]:
 
 @pytest.fixture(scope="module")
 def case(tiny_random_whisper, english_tokenizer):
-    target = WhisperTarget(tiny_random_whisper, english_tokenizer)
+    target = WhisperTarget(WhisperNet.from_transformers(tiny_random_whisper), english_tokenizer)
     audio = np.random.default_rng(7).standard_normal(16_000 * 4).astype(np.float32) * 0.1
     encoded = target.encode(audio)
     prompt = [english_tokenizer.sot, english_tokenizer.no_timestamps]

@@ -17,6 +17,7 @@ from as2d.eval.datasets import load_dataset
 from as2d.eval.report import write_outputs
 from as2d.eval.summary import RunInfo
 from as2d.models.whisper import WhisperTarget
+from as2d.models.whisper_net import WhisperNet
 
 ASTERISK = Path(__file__).parents[1] / "data" / "asterisk" / "en"
 CLIPS = {  # name: reference (tests/data/asterisk/en/transcripts.txt)
@@ -43,7 +44,7 @@ def test_outputs_on_two_clips_with_a_tiny_random_target(
     dataset, tmp_path, capsys, tiny_random_whisper, english_tokenizer
 ):
     """Mechanics in seconds: target-only and pld (k=4) share one tiny random-weight target."""
-    target = WhisperTarget(tiny_random_whisper, english_tokenizer)
+    target = WhisperTarget(WhisperNet.from_transformers(tiny_random_whisper), english_tokenizer)
     configs = [Config("target", threads=1), Config("pld", budget=4, threads=1)]
     settings = BenchSettings(Options(target="tiny-random", language="en"), 2)
     bench = run_bench(configs, load_dataset(str(dataset), tmp_path)[:2], settings, target)
@@ -122,7 +123,7 @@ def test_bad_manifest_line_is_one_line(tmp_path, capsys):
 def test_budgets_share_one_transcriber_with_their_own_policy(
     tiny_random_whisper, english_tokenizer
 ):
-    target = WhisperTarget(tiny_random_whisper, english_tokenizer)
+    target = WhisperTarget(WhisperNet.from_transformers(tiny_random_whisper), english_tokenizer)
     configs = [Config("target", threads=1), Config("pld", budget=2), Config("pld", budget=8)]
     loaded = _load(configs, Options(target="tiny-random", language="en"), target)
     try:

@@ -18,7 +18,7 @@ from as2d.engine.decode import TargetOnlyDecoder, WindowDecoder
 from as2d.engine.policy import AutoBudget, BudgetPolicy, CostModel, FixedBudget
 from as2d.engine.sd import CoupledDecoder, with_drafting
 from as2d.engine.target import Request, TargetAdapter
-from as2d.models.bundled import cache_root, load_whisper
+from as2d.models.bundled import cache_root
 from as2d.models.whisper import WhisperTarget
 from as2d.options import Options
 from as2d.runtime.drafter import DrafterProcess
@@ -102,8 +102,8 @@ class DecoderFactory:
         """
         o, target = self.options, self.target
         assert isinstance(target, WhisperTarget)  # checked by Transcriber
-        model, tokenizer = load_whisper(o.drafter)
-        drafter = WhisperTarget(model, tokenizer, approximate=True)  # as fast as as2d's drafter
+        drafter = WhisperTarget.load(o.drafter, approximate=True)  # as fast as as2d's drafter
+        tokenizer = drafter.tokenizer
         policy: BudgetPolicy = FixedBudget(o.budget) if o.budget is not None else AutoBudget(
             with_drafting(self.cost(self.threads), self._drafter_step_s(drafter))
         )  # fmt: skip

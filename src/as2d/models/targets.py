@@ -1,7 +1,9 @@
 """Loading any target: the model's config names its family, and the family's adapter loads it.
 
 Each adapter class owns the `config.model_type` values of its family (`MODEL_TYPES`), so
-adding a family is adding its class to `ADAPTERS`; nothing else tests model names.
+adding a family is adding its class to `ADAPTERS`; nothing else tests model names. Families
+are imported in turn until one owns the model, so a Whisper target never imports the Qwen
+adapters (or transformers, which they need).
 
 Example:
     target = load_target("whisper-base")                       # bundled: Whisper
@@ -10,18 +12,29 @@ Example:
 
 from __future__ import annotations
 
+import importlib
+import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import AutoConfig
 
 from as2d.engine.target import TargetAdapter
 from as2d.models.bundled import BUNDLED, ModelNotFoundError, bundled_names
-from as2d.models.qwen import OmniThinkerTarget, Qwen2AudioTarget
-from as2d.models.whisper import WhisperTarget
 
-ADAPTERS: tuple[Any, ...] = (WhisperTarget, Qwen2AudioTarget, OmniThinkerTarget)
+ADAPTERS = (  # module:class, in the order they are tried
+    "as2d.models.whisper:WhisperTarget",
+    "as2d.models.qwen:Qwen2AudioTarget",
+    "as2d.models.qwen:OmniThinkerTarget",
+)
+
+
+def adapters() -> Iterator[Any]:
+    """The adapter classes of `ADAPTERS`, each imported when it is reached."""
+    for where in ADAPTERS:
+        module, name = where.split(":")
+        yield getattr(importlib.import_module(module), name)
 
 
 def torch_dtype(name: str | None) -> torch.dtype | None:
@@ -37,11 +50,16 @@ def model_type(name_or_path: str) -> str:
     """
     if name_or_path in BUNDLED:
         return "whisper"
+    local = Path(name_or_path) / "config.json"
     try:
+        if local.is_file():  # read as transformers' AutoConfig reads it, without importing it
+            return str(json.loads(local.read_text())["model_type"])
+        from transformers import AutoConfig
+
         config = AutoConfig.from_pretrained(
             name_or_path, local_files_only=Path(name_or_path).is_dir()
         )
-    except (OSError, ValueError) as err:
+    except (OSError, ValueError, KeyError) as err:
         raise ModelNotFoundError(
             f"cannot read the config of {name_or_path!r} ({type(err).__name__}); "
             f"bundled models: {', '.join(bundled_names())}"
@@ -56,10 +74,10 @@ def adapter_class(name_or_path: str) -> Any:
         ModelNotFoundError: unknown model, or a family no adapter owns.
     """
     kind = model_type(name_or_path)
-    for adapter in ADAPTERS:
+    for adapter in adapters():
         if kind in adapter.MODEL_TYPES:
             return adapter
-    known = ", ".join(t for a in ADAPTERS for t in a.MODEL_TYPES)
+    known = ", ".join(t for a in adapters() for t in a.MODEL_TYPES)
     raise ModelNotFoundError(f"{name_or_path!r} is a {kind!r} model; targets supported: {known}")
 
 

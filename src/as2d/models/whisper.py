@@ -1,6 +1,6 @@
 """Whisper as a target: encoder once per window, then a lean decoder with a static KV cache.
 
-The decoder re-uses the weights of a `transformers` `WhisperForConditionalGeneration` but runs
+The decoder takes the weights of a checkpoint (`WhisperNet`, transformers' names) but runs
 its own forward pass, because speculative decoding needs two things the stock forward makes
 expensive: a verify pass of k tokens that costs about as much as one token, and a rollback of
 the KV cache that is free. Here the self-attention cache is a preallocated tensor and rollback
@@ -16,11 +16,10 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 import torch.nn.functional as F
-from transformers import WhisperFeatureExtractor, WhisperForConditionalGeneration
-from transformers.models.whisper.modeling_whisper import WhisperAttention, WhisperDecoderLayer
 
+from as2d.audio.mel import log_mel
 from as2d.engine.target import Request
-from as2d.models.bundled import load_whisper
+from as2d.models.bundled import load_whisper_net
 from as2d.models.linear import (
     Affine,
     Arithmetic,
@@ -30,7 +29,8 @@ from as2d.models.linear import (
     fast_bfloat16,
 )
 from as2d.models.tokenizer import WhisperTokenizer
-from as2d.types import N_SAMPLES, SAMPLE_RATE
+from as2d.models.whisper_net import WhisperNet
+from as2d.types import N_SAMPLES
 
 DEFAULT_DTYPE = {False: torch.float32, True: torch.float16}  # by "on a GPU"
 ENCODER_FRAMES = N_SAMPLES // 320  # 1500 rows through the encoder's linear layers
@@ -58,7 +58,7 @@ class _Attention:
     out: Affine
 
     @classmethod
-    def of(cls, attn: WhisperAttention, arithmetic: Arithmetic) -> _Attention:
+    def of(cls, attn: Any, arithmetic: Arithmetic) -> _Attention:
         layers = (attn.q_proj, attn.k_proj, attn.v_proj, attn.out_proj)
         return cls(*(decoder_linear(x.weight, x.bias, arithmetic) for x in layers))
 
@@ -74,7 +74,7 @@ class _DecoderLayer:
     fc2: Affine
 
     @classmethod
-    def of(cls, layer: WhisperDecoderLayer, arithmetic: Arithmetic) -> _DecoderLayer:
+    def of(cls, layer: Any, arithmetic: Arithmetic) -> _DecoderLayer:
         return cls(
             _LayerNorm.of(layer.self_attn_layer_norm),
             _Attention.of(layer.self_attn, arithmetic),
@@ -107,7 +107,7 @@ class WhisperTarget:
 
     def __init__(
         self,
-        model: WhisperForConditionalGeneration,
+        model: WhisperNet,
         tokenizer: WhisperTokenizer,
         approximate: bool = False,
     ) -> None:
@@ -117,15 +117,15 @@ class WhisperTarget:
         the decoder's linear layers in int8 (a step 8 -> 5 ms). A target keeps float32: its
         encoder's linear layers run on oneDNN (`EncoderLinear`, swapped into `model`), and
         oneDNN copies of the decoder's weights serve verify passes (`DecoderLinear`)."""
-        config = model.config
+        dims = model.shape
         self.model = model.eval()
         self.device = model.device
         self.tokenizer = tokenizer
         self.eot_ids = frozenset({tokenizer.eot})
-        self.max_length = config.max_target_positions  # 448 decoder positions
-        self.n_heads = config.decoder_attention_heads
-        self.head_dim = config.d_model // self.n_heads
-        self.features = WhisperFeatureExtractor(feature_size=config.num_mel_bins)
+        self.max_length = dims.max_target_positions  # 448 decoder positions
+        self.n_heads = dims.decoder_attention_heads
+        self.head_dim = dims.d_model // self.n_heads
+        self.n_mels = dims.num_mel_bins
         decoder = model.model.decoder
         self.embed_tokens = decoder.embed_tokens.weight.detach()  # [V, d]
         self.embed_positions = decoder.embed_positions.weight.detach()  # [448, d]
@@ -150,16 +150,19 @@ class WhisperTarget:
 
     @classmethod
     def load(
-        cls, name_or_path: str, device: str = "cpu", dtype: torch.dtype | None = None
+        cls,
+        name_or_path: str,
+        device: str = "cpu",
+        dtype: torch.dtype | None = None,
+        approximate: bool = False,
     ) -> WhisperTarget:
-        """Loads a bundled name, local directory or hub id (see `load_whisper`).
+        """Loads a bundled name, local directory or hub id (see `load_whisper_net`).
 
         dtype None: float32 on the CPU, float16 on a GPU.
         """
         on_gpu = torch.device(device).type != "cpu"
-        model, tokenizer = load_whisper(name_or_path, dtype or DEFAULT_DTYPE[on_gpu])
-        torch.nn.Module.to(model, device)  # in place (transformers' typed `to` confuses mypy)
-        return cls(model, tokenizer)
+        model, tokenizer = load_whisper_net(name_or_path, dtype or DEFAULT_DTYPE[on_gpu])
+        return cls(model.to(device), tokenizer, approximate)
 
     def prompt(self, encoded: EncodedAudio, request: Request) -> list[int]:
         """Whisper's decoder prompt: start of transcript, language, task, no timestamps."""
@@ -181,14 +184,12 @@ class WhisperTarget:
 
         `between`: called before the encoder and before each of its layers.
         """
-        feats = self.features(
-            audio[:N_SAMPLES], sampling_rate=SAMPLE_RATE, return_tensors="pt"
-        ).input_features  # [1, n_mels, 3000]
+        feats = log_mel(audio, self.n_mels)  # [1, n_mels, 3000]
         feats = feats.to(self.device, self.encoder_dtype)
         encoder = self.model.model.encoder
         hooks = [] if between is None else _call_before_layers(encoder.layers, between)
         try:
-            hidden = encoder(feats).last_hidden_state[0]  # [1500, d]
+            hidden = encoder(feats)[0]  # [1500, d]
         finally:
             for hook in hooks:
                 hook.remove()
@@ -294,13 +295,10 @@ def _causal_mask(n: int, start: int, device: torch.device) -> torch.Tensor | Non
     return torch.ones(n, start + n, dtype=torch.bool, device=device).triu(diagonal=start + 1)
 
 
-def _suppression(
-    model: WhisperForConditionalGeneration, vocab: int
-) -> tuple[torch.Tensor, torch.Tensor]:
+def _suppression(model: WhisperNet, vocab: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Token ids that greedy decoding never emits, everywhere and at the first position."""
-    gen = model.generation_config
-    always = [t for t in (gen.suppress_tokens or []) if t < vocab]
-    begin = [t for t in (gen.begin_suppress_tokens or []) if t < vocab]
+    always = [t for t in model.suppression.suppress_tokens if t < vocab]
+    begin = [t for t in model.suppression.begin_suppress_tokens if t < vocab]
     return (
         torch.tensor(always, dtype=torch.long, device=model.device),
         torch.tensor(begin, dtype=torch.long, device=model.device),

@@ -94,14 +94,13 @@ class _TorchDrafter:
     def __init__(self, spec: DrafterSpec) -> None:
         import torch
 
-        from as2d.models.bundled import load_whisper
         from as2d.models.whisper import WhisperTarget
 
         torch.set_num_threads(spec.threads)
         torch.set_num_interop_threads(1)
-        model, self.tokenizer = load_whisper(spec.name)
         # A drafter need not be exact: bfloat16 encoder, int8 decoder (see WhisperTarget).
-        self.model = WhisperTarget(model, self.tokenizer, approximate=True)
+        self.model = WhisperTarget.load(spec.name, approximate=True)
+        self.tokenizer = self.model.tokenizer
         self.spec = spec
 
     def encode(self, audio: np.ndarray) -> Any:
