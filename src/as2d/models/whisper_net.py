@@ -105,7 +105,7 @@ class WhisperEncoder(nn.Module):
         d = shape.d_model
         self.conv1 = nn.Conv1d(shape.num_mel_bins, d, kernel_size=3, padding=1)
         self.conv2 = nn.Conv1d(d, d, kernel_size=3, stride=2, padding=1)
-        self.embed_positions = nn.Embedding(shape.max_source_positions, d)
+        self.embed_positions = _embedding(shape.max_source_positions, d)
         self.layers = nn.ModuleList(
             _EncoderLayer(d, shape.encoder_attention_heads, shape.encoder_ffn_dim)
             for _ in range(shape.encoder_layers)
@@ -139,8 +139,8 @@ class _Decoder(nn.Module):
     def __init__(self, shape: WhisperShape) -> None:
         super().__init__()
         d = shape.d_model
-        self.embed_tokens = nn.Embedding(shape.vocab_size, d)
-        self.embed_positions = nn.Embedding(shape.max_target_positions, d)
+        self.embed_tokens = _embedding(shape.vocab_size, d)
+        self.embed_positions = _embedding(shape.max_target_positions, d)
         self.layers = nn.ModuleList(
             _DecoderLayer(d, shape.decoder_attention_heads, shape.decoder_ffn_dim)
             for _ in range(shape.decoder_layers)
@@ -203,6 +203,12 @@ class WhisperNet(nn.Module):
         state = {name: t.detach() for name, t in model.state_dict().items()}
         shape = WhisperShape.of(model.config)
         return cls.from_state(shape, Suppression.of(model.generation_config), state)
+
+
+def _embedding(rows: int, d: int) -> nn.Embedding:
+    """An embedding left uninitialised (its weight is loaded next): a random `normal_` on the
+    meta device would import torch's compiler, a second on a 2-core host."""
+    return nn.Embedding(rows, d, _weight=torch.empty(rows, d))
 
 
 def is_whisper_dir(directory: str | Path) -> bool:
