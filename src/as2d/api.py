@@ -174,13 +174,20 @@ class Transcriber:
         self.target.forward([eot] * 8)
         return encoded
 
-    def transcribe(self, audio: AudioInput, language: str | None = None) -> Transcription:
+    def transcribe(
+        self, audio: AudioInput, language: str | None = None, task: str | None = None
+    ) -> Transcription:
         """Decode every speech window of `audio` (a path or 16 kHz mono float32 samples).
 
         `language`: this recording's, where `options.language` is None (else detected).
+        `task`: "transcribe" or "translate", this recording's where it is not `options.task`
+        (a server answers both with one Whisper target).
         """
+        if task not in (None, self.options.task) and "ask" in (task, self.options.task):
+            raise ValueError(f"a Transcriber for task {self.options.task} cannot {task}")
         run = Transcription(iter([]))
-        run.windows = self._decode_windows(audio, run, self.options.language or language)
+        language = self.options.language or language
+        run.windows = self._decode_windows(audio, run, language, task or self.options.task)
         return run
 
     @property
@@ -206,12 +213,12 @@ class Transcriber:
         self.decoder.forget()
 
     def _decode_windows(
-        self, audio: AudioInput, run: Transcription, language: str | None
+        self, audio: AudioInput, run: Transcription, language: str | None, task: str
     ) -> Iterator[WindowResult]:
         start = time.perf_counter()
         tokens, audio_s = 0, 0.0
         for window in self.decoder.windows(iter_windows(audio)):
-            result, language = self.decode_window(window, language)
+            result, language = self.decode_window(window, language, task)
             tokens += len(result.token_ids)
             audio_s = window.end
             yield result
@@ -228,7 +235,7 @@ class Transcriber:
         )
 
     def decode_window(
-        self, window: Window, language: str | None
+        self, window: Window, language: str | None, task: str | None = None
     ) -> tuple[WindowResult, str | None]:
         """Decode one window; returns its result and the language (detected if None)."""
         t0 = time.perf_counter()
@@ -238,7 +245,7 @@ class Transcriber:
             language = self.target.language(encoded, language)
             decoder.prepare(window)  # sd: the drafter's encoder forward
         t1 = synced_clock(self.target.device)
-        prompt = self._prompt(encoded, language)
+        prompt = self._prompt(encoded, language, task)
         token_ids, counts = decoder.decode(window, encoded, prompt, self.rule, self.request_tokens)
         t2 = synced_clock(self.target.device)
         text = self.tokenizer.decode(token_ids).strip()
@@ -249,10 +256,10 @@ class Transcriber:
         result.started_at = t0
         return result, language
 
-    def _prompt(self, encoded: Any, language: str | None) -> list[int]:
+    def _prompt(self, encoded: Any, language: str | None, task: str | None = None) -> list[int]:
         """The target family's prompt for this window, task, language and request."""
         o = self.options
-        return self.target.prompt(encoded, Request(o.task, language, o.request))
+        return self.target.prompt(encoded, Request(task or o.task, language, o.request))
 
 
 def compare(audio: AudioInput, options: Options, methods: Sequence[str]) -> list[Transcription]:

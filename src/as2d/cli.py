@@ -63,11 +63,33 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser("models", help="list the bundled models and whether they are cached")
     add_bench_parser(commands)
     add_exactness_parser(commands)
+    add_serve_parser(commands)
     return parser
 
 
 def add_run_options(parser: argparse.ArgumentParser) -> None:
     """Options shared by `transcribe` and `ask`: models, method, decoding, output."""
+    add_model_options(parser)
+    parser.add_argument("--format", default="txt", choices=FORMATS)
+    parser.add_argument("-o", "--output-dir", type=Path, help="write FILE.<format> here")
+    parser.add_argument("--skip-existing", action="store_true", help="skip files already written")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    parser.add_argument(
+        "--timeline", type=Path, metavar="FILE.png", help="draw target/drafter activity (PNG)"
+    )
+
+
+def add_serve_parser(commands: argparse._SubParsersAction) -> None:
+    serve = commands.add_parser("serve", help="serve OpenAI's audio API over HTTP")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--max-upload-mb", type=float, default=200.0)
+    serve.add_argument("--queue", type=int, default=16, help="requests waiting, then 503")
+    add_model_options(serve)
+
+
+def add_model_options(parser: argparse.ArgumentParser) -> None:
+    """The models, the method and how they decode (`transcribe`, `ask`, `serve`)."""
     parser.add_argument("--target", default="whisper-base", help="bundled name, directory or HF id")
     parser.add_argument("--method", default="as2d", choices=METHODS, help="default: as2d")
     parser.add_argument(
@@ -80,16 +102,9 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=None, help="sampling seed")
     parser.add_argument("--drafter-threads", type=int, default=None, help="default: half the cores")
     parser.add_argument("--language", default=None, help="e.g. en; default: detect (multilingual)")
-    parser.add_argument("--format", default="txt", choices=FORMATS)
-    parser.add_argument("-o", "--output-dir", type=Path, help="write FILE.<format> here")
     parser.add_argument("--threads", type=int, default=None, help="torch threads for the target")
     parser.add_argument("--device", default="cpu", help="the target's device: cpu or cuda[:N]")
     parser.add_argument("--dtype", default=None, choices=DTYPES, help="the target's weights")
-    parser.add_argument("--skip-existing", action="store_true", help="skip files already written")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
-    parser.add_argument(
-        "--timeline", type=Path, metavar="FILE.png", help="draw target/drafter activity (PNG)"
-    )
 
 
 def add_bench_parser(commands: argparse._SubParsersAction) -> None:
@@ -169,6 +184,8 @@ def run_command(argv: Sequence[str] | None) -> int:
         return bench_dataset(args)
     if args.command == "exactness":
         return exactness_dataset(args)
+    if args.command == "serve":
+        return serve(args)
     if args.command == "ask":
         args.files, args.task = [args.file], "ask"
     return transcribe_files(args)
@@ -230,25 +247,7 @@ def transcribe_files(args: argparse.Namespace) -> int:
     out_dir = prepare_output_dir(args.output_dir, args.skip_existing)
     if out_dir is not None:
         check_distinct_outputs(args.files, out_dir, args.format)
-    if args.threads is not None and args.threads < 1:
-        raise UsageError("--threads must be at least 1")
-    if args.drafter_threads is not None and args.drafter_threads < 1:
-        raise UsageError("--drafter-threads must be at least 1")
-    options = Options(
-        target=args.target,
-        device=args.device,
-        dtype=args.dtype,
-        method=args.method,
-        language=args.language,
-        task=args.task,
-        request=getattr(args, "request", None),
-        drafter=args.drafter,
-        budget=args.budget,
-        temperature=args.temperature,
-        seed=args.seed,
-        threads=args.threads,
-        drafter_threads=args.drafter_threads,
-    )
+    options = model_options(args)
     todo = [f for f in args.files if not (out_dir and skip(f, out_dir, args))]
     if not todo:
         return EXIT_OK
@@ -257,6 +256,45 @@ def transcribe_files(args: argparse.Namespace) -> int:
     if failed == 0:
         return EXIT_OK
     return EXIT_USAGE if failed == len(todo) else EXIT_SOME_FAILED
+
+
+def model_options(args: argparse.Namespace) -> Options:
+    """The Options of `add_model_options`' arguments."""
+    if args.threads is not None and args.threads < 1:
+        raise UsageError("--threads must be at least 1")
+    if args.drafter_threads is not None and args.drafter_threads < 1:
+        raise UsageError("--drafter-threads must be at least 1")
+    return Options(
+        target=args.target,
+        device=args.device,
+        dtype=args.dtype,
+        method=args.method,
+        language=args.language,
+        task=getattr(args, "task", "transcribe"),
+        request=getattr(args, "request", None),
+        drafter=args.drafter,
+        budget=args.budget,
+        temperature=args.temperature,
+        seed=args.seed,
+        threads=args.threads,
+        drafter_threads=args.drafter_threads,
+    )
+
+
+def serve(args: argparse.Namespace) -> int:
+    """Serves until SIGINT/SIGTERM (see `server.py`)."""
+    options = model_options(args)
+    if args.queue < 1 or args.max_upload_mb <= 0:
+        raise UsageError("--queue must be at least 1 and --max-upload-mb above 0")
+    try:
+        check(options)
+    except ValueError as err:
+        raise UsageError(str(err)) from err
+    from as2d.server import serve as run_server
+
+    quiet_transformers()
+    run_server(options, args.host, args.port, args.max_upload_mb, args.queue)
+    return EXIT_OK
 
 
 def open_transcriber(options: Options, files: Sequence[str]) -> Transcriber:

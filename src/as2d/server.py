@@ -1,0 +1,435 @@
+"""`as2d serve`: OpenAI's audio API over HTTP, with one target and one drafter process.
+
+Requests queue in arrival order for the one target: a single decoding thread owns the
+`Transcriber` (built in that thread, so its drafter process is tied to it) and runs one
+recording at a time; the event loop only parses requests and sends answers. A full queue
+answers 503 with `Retry-After`, a client that goes away cancels its work at the next window,
+and a drafter process that dies is replaced before the next request (the answer it was
+drafting for is unchanged: the target carries on alone).
+
+Endpoints: `POST /v1/audio/transcriptions` and `/v1/audio/translations` (OpenAI's multipart
+form; `stream=true` sends server-sent events as windows finish), `POST /v1/chat/completions`
+(audio LLM targets only), `GET /v1/models`, `/health`, `/metrics` (Prometheus text).
+Errors are OpenAI's JSON: `{"error": {"message", "type", "param", "code"}}`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import queue
+import shutil
+import tempfile
+import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from starlette.applications import Starlette
+from starlette.datastructures import UploadFile
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from as2d.options import Options
+from as2d.types import RunStats, WindowResult
+from as2d.writers import FileResult, to_srt, to_vtt
+
+RESPONSE_FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
+MODEL_ALIASES = ("whisper-1",)  # what OpenAI clients send by default: the server's target
+RETRY_AFTER_S = 5
+_CHUNK = 1 << 20
+
+
+class ApiError(Exception):
+    """An answer other than 200: OpenAI's error object with this status."""
+
+    def __init__(self, status: int, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.param = status, message, param
+
+    def response(self) -> JSONResponse:
+        kind = "invalid_request_error" if self.status < 500 else "server_error"
+        error = {"message": self.message, "type": kind, "param": self.param, "code": None}
+        headers = {"Retry-After": str(RETRY_AFTER_S)} if self.status == 503 else None
+        return JSONResponse({"error": error}, self.status, headers=headers)
+
+
+@dataclass
+class Job:
+    """One recording to decode; its events go back to the request's event loop."""
+
+    path: Path
+    name: str  # the uploaded file's name, for messages
+    task: str
+    language: str | None
+    loop: asyncio.AbstractEventLoop
+    events: asyncio.Queue[tuple[str, Any]] = field(default_factory=asyncio.Queue)
+    cancelled: threading.Event = field(default_factory=threading.Event)
+
+    def send(self, kind: str, value: Any = None) -> None:
+        """From the decoding thread: ("window", WindowResult), ("done", RunStats), ("error",
+        ApiError)."""
+        self.loop.call_soon_threadsafe(self.events.put_nowait, (kind, value))
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "as2d_requests", "Requests answered", ["endpoint", "status"], registry=r
+        )
+        self.latency = Histogram("as2d_request_seconds", "Time to answer", ["endpoint"], registry=r)
+        self.queue = Gauge("as2d_queue_depth", "Recordings waiting for the target", registry=r)
+        self.audio = Counter("as2d_audio_seconds", "Audio decoded", registry=r)
+        self.tokens = Counter("as2d_tokens", "Output tokens", registry=r)
+        self.decode = Counter("as2d_decode_seconds", "Encoder and decoder time", registry=r)
+        self.accepted = Counter("as2d_accepted_tokens", "Draft tokens accepted", registry=r)
+        self.verifies = Counter("as2d_verify_passes", "Verify passes", registry=r)
+        self.drafter = Gauge("as2d_drafter_up", "1: the drafter process is alive", registry=r)
+
+    def window(self, w: WindowResult) -> None:
+        self.tokens.inc(len(w.token_ids))
+        self.decode.inc(w.encode_s + w.decode_s)
+        self.accepted.inc(w.accepted_tokens)
+        self.verifies.inc(w.verify_passes)
+
+
+class Engine:
+    """The decoding thread: owns the Transcriber and runs queued jobs in arrival order."""
+
+    def __init__(self, options: Options, queue_size: int, metrics: Metrics) -> None:
+        self.options = options
+        self.metrics = metrics
+        self.jobs: queue.Queue[Job | None] = queue.Queue(maxsize=queue_size)
+        self.ready = threading.Event()
+        self.failure: BaseException | None = None  # why the Transcriber could not load
+        self.drafter_state = "none"
+        self.follows_requests = False  # an audio LLM target (chat), known once it is loaded
+        self._thread = threading.Thread(target=self._run, name="as2d-decoder", daemon=True)
+
+    def start(self) -> None:
+        """Loads the models in the decoding thread; raises what loading raised."""
+        self._thread.start()
+        self.ready.wait()
+        if self.failure is not None:
+            raise self.failure
+
+    def submit(self, job: Job) -> None:
+        try:
+            self.jobs.put_nowait(job)
+        except queue.Full:
+            raise ApiError(503, "the server is busy: too many requests queued") from None
+        self.metrics.queue.set(self.jobs.qsize())
+
+    def stop(self) -> None:
+        """Decodes what is queued, then closes the Transcriber (and its drafter)."""
+        self.jobs.put(None)
+        self._thread.join()
+
+    def _run(self) -> None:
+        from as2d.api import Transcriber
+
+        try:
+            transcriber = Transcriber(self.options)
+        except BaseException as err:
+            self.failure = err
+            self.ready.set()
+            return
+        self.follows_requests = transcriber.target.follows_requests
+        self._watch(transcriber)
+        self.ready.set()
+        try:
+            while (job := self.jobs.get()) is not None:
+                self.metrics.queue.set(self.jobs.qsize())
+                if not job.cancelled.is_set():
+                    self._decode(transcriber, job)
+                if transcriber.drafter is not None and transcriber.drafter.lost:
+                    # A new drafter process for the next request; the target stays loaded.
+                    transcriber.close()
+                    transcriber = Transcriber(self.options, shared_target=transcriber.target)
+                self._watch(transcriber)
+        finally:
+            transcriber.close()
+
+    def _watch(self, transcriber: Any) -> None:
+        drafter = transcriber.drafter
+        self.drafter_state = "none" if drafter is None else "lost" if drafter.lost else "up"
+        self.metrics.drafter.set(self.drafter_state == "up")
+
+    def _decode(self, transcriber: Any, job: Job) -> None:
+        from as2d.audio.load import AudioError
+
+        try:
+            run = transcriber.transcribe(job.path, job.language, job.task)
+            for window in run:
+                self.metrics.window(window)
+                job.send("window", window)
+                if job.cancelled.is_set():
+                    run.windows.close()  # the client is gone: no more windows
+                    return
+            self.metrics.audio.inc(run.stats.audio_s)
+            job.send("done", run.stats)
+        except AudioError as err:
+            message = str(err).replace(str(job.path), job.name)  # not our temporary file's
+            job.send("error", ApiError(400, message, "file"))
+        except Exception as err:  # one request fails, the server goes on
+            job.send("error", ApiError(500, f"decoding failed: {type(err).__name__}: {err}"))
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_upload_bytes: int
+    queue_size: int
+
+
+class AudioApi:
+    """The HTTP side: parses requests into jobs and renders their results."""
+
+    def __init__(self, engine: Engine, limits: Limits, upload_dir: Path) -> None:
+        self.engine = engine
+        self.limits = limits
+        self.upload_dir = upload_dir
+        self.metrics = engine.metrics
+        self.models = [engine.options.target, *MODEL_ALIASES]
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("/v1/audio/transcriptions", self.transcriptions, methods=["POST"]),
+            Route("/v1/audio/translations", self.translations, methods=["POST"]),
+            Route("/v1/chat/completions", self.chat, methods=["POST"]),
+            Route("/v1/models", self.list_models, methods=["GET"]),
+            Route("/health", self.health, methods=["GET"]),
+            Route("/metrics", self.prometheus, methods=["GET"]),
+        ]
+
+    async def transcriptions(self, request: Request) -> Response:
+        return await self._answer("transcriptions", self._audio(request, "transcribe"))
+
+    async def translations(self, request: Request) -> Response:
+        return await self._answer("translations", self._audio(request, "translate"))
+
+    async def chat(self, request: Request) -> Response:
+        return await self._answer("chat", self._chat(request))
+
+    async def list_models(self, request: Request) -> Response:
+        data = [{"id": m, "object": "model", "owned_by": "as2d"} for m in self.models]
+        return JSONResponse({"object": "list", "data": data})
+
+    async def health(self, request: Request) -> Response:
+        queued = self.engine.jobs.qsize()
+        return JSONResponse({"status": "ok", "queue": queued, "drafter": self.engine.drafter_state})
+
+    async def prometheus(self, request: Request) -> Response:
+        body = generate_latest(self.metrics.registry)
+        return Response(body, media_type="text/plain; version=0.0.4")
+
+    async def _answer(self, endpoint: str, work: Any) -> Response:
+        with self.metrics.latency.labels(endpoint).time():
+            try:
+                response = await work
+            except ApiError as err:
+                response = err.response()
+        self.metrics.requests.labels(endpoint, str(response.status_code)).inc()
+        return response
+
+    async def _chat(self, request: Request) -> Response:
+        if self.engine.follows_requests:
+            raise ApiError(501, "chat completions are not served yet (as2d ask answers requests)")
+        raise ApiError(
+            400,
+            f"the target {self.engine.options.target} transcribes and translates; chat needs an "
+            "audio LLM target (Qwen2-Audio, Qwen2.5-Omni): start the server with --target",
+            "model",
+        )
+
+    async def _audio(self, request: Request, task: str) -> Response:
+        length = request.headers.get("content-length", "0")
+        if not length.isdigit() or int(length) > self.limits.max_upload_bytes:
+            raise self._too_large()
+        try:
+            form = await request.form(max_files=1, max_fields=16)
+        except Exception as err:  # starlette: malformed multipart, too many parts
+            raise ApiError(400, f"could not read the form: {err}") from None
+        try:
+            fields = {k: v for k, v in form.items() if isinstance(v, str)}
+            fmt, stream = self._check_fields(fields)
+            upload = form.get("file")
+            if not isinstance(upload, UploadFile):
+                raise ApiError(400, "the form has no file", "file")
+            name, path = upload.filename or "audio", await self._save(upload)
+        finally:
+            await form.close()
+        loop = asyncio.get_running_loop()
+        job = Job(path, name, task, fields.get("language") or None, loop)
+        try:
+            self.engine.submit(job)
+        except ApiError:
+            path.unlink()
+            raise
+        if stream:
+            return StreamingResponse(self._stream(job), media_type="text/event-stream")
+        try:
+            windows, stats = await self._collect(job, request)
+        finally:
+            path.unlink(missing_ok=True)
+        result = FileResult(name, *self._who(), windows, stats)
+        return self._render(result, fmt, task, job.language)
+
+    def _check_fields(self, fields: dict[str, str]) -> tuple[str, bool]:
+        """The response format and whether to stream; ApiError for a field we cannot honour."""
+        model = fields.get("model")
+        if model not in self.models:
+            raise ApiError(400, f"unknown model {model!r}; this server has {self.models}", "model")
+        fmt = fields.get("response_format", "json")
+        if fmt not in RESPONSE_FORMATS:
+            raise ApiError(
+                400, f"response_format must be one of {RESPONSE_FORMATS}", "response_format"
+            )
+        if fields.get("prompt"):
+            raise ApiError(
+                400, "prompt is not supported: output is the target's greedy decoding", "prompt"
+            )
+        try:
+            temperature = float(fields.get("temperature", self.engine.options.temperature))
+        except ValueError:
+            raise ApiError(400, "temperature must be a number", "temperature") from None
+        if temperature != self.engine.options.temperature:
+            raise ApiError(
+                400,
+                f"this server decodes at temperature {self.engine.options.temperature}",
+                "temperature",
+            )
+        stream = fields.get("stream", "false").lower()
+        if stream not in ("true", "false"):
+            raise ApiError(400, "stream must be true or false", "stream")
+        return fmt, stream == "true"
+
+    async def _save(self, upload: UploadFile) -> Path:
+        """The upload in a file of its own, refused past the size limit."""
+        suffix = Path(upload.filename or "").suffix[:16]
+        with tempfile.NamedTemporaryFile(dir=self.upload_dir, suffix=suffix, delete=False) as out:
+            path, size = Path(out.name), 0
+            while chunk := await upload.read(_CHUNK):
+                size += len(chunk)
+                if size > self.limits.max_upload_bytes:
+                    out.close()
+                    path.unlink()
+                    raise self._too_large()
+                out.write(chunk)
+        if size == 0:
+            path.unlink()
+            raise ApiError(400, "the uploaded file is empty", "file")
+        return path
+
+    def _too_large(self) -> ApiError:
+        mb = self.limits.max_upload_bytes / 2**20
+        return ApiError(413, f"the upload is larger than {mb:g} MB (--max-upload-mb)", "file")
+
+    async def _collect(self, job: Job, request: Request) -> tuple[list[WindowResult], RunStats]:
+        """Waits for the job's windows; a client that disconnects cancels it."""
+        windows: list[WindowResult] = []
+        while True:
+            try:
+                kind, value = await asyncio.wait_for(job.events.get(), timeout=0.5)
+            except TimeoutError:
+                if await request.is_disconnected():
+                    job.cancelled.set()
+                    raise ApiError(499, "the client closed the request") from None
+                continue
+            if kind == "window":
+                windows.append(value)
+            elif kind == "done":
+                return windows, value
+            else:
+                raise value
+
+    async def _stream(self, job: Job) -> AsyncIterator[str]:
+        """Server-sent events as OpenAI streams a transcription: a delta per window, then the
+        whole text. A client that goes away cancels the job (the generator is closed)."""
+        texts: list[str] = []
+        try:
+            while True:
+                kind, value = await job.events.get()
+                if kind == "window" and value.text:
+                    delta = value.text if not texts else " " + value.text
+                    texts.append(value.text)
+                    yield _event({"type": "transcript.text.delta", "delta": delta})
+                elif kind == "done":
+                    yield _event({"type": "transcript.text.done", "text": " ".join(texts)})
+                    return
+                elif kind == "error":
+                    yield _event({"type": "error", "error": value.message})
+                    return
+        finally:
+            job.cancelled.set()  # a no-op once done; a disconnect stops the decoding
+            job.path.unlink(missing_ok=True)
+
+    def _who(self) -> tuple[str, str, str | None]:
+        o = self.engine.options
+        return o.method, o.target, o.drafter if o.method in ("as2d", "sd") else None
+
+    def _render(self, result: FileResult, fmt: str, task: str, language: str | None) -> Response:
+        if fmt == "text":
+            return PlainTextResponse(result.text + "\n")
+        if fmt in ("srt", "vtt"):
+            render = to_srt if fmt == "srt" else to_vtt
+            return PlainTextResponse(render(result), media_type=f"text/{fmt}")
+        if fmt == "json":
+            return JSONResponse({"text": result.text})
+        segments = [
+            {"id": i, "seek": round(w.start * 100), "start": w.start, "end": w.end,
+             "text": w.text, "tokens": w.token_ids, "temperature": self.engine.options.temperature}
+            for i, w in enumerate(result.windows)
+        ]  # fmt: skip
+        return JSONResponse(
+            {
+                "task": task,
+                "language": language or self.engine.options.language,
+                "duration": result.stats.audio_s,
+                "text": result.text,
+                "segments": segments,
+                "as2d": {  # our extension: each window's counts and the run's stats
+                    "method": result.method,
+                    "windows": [dataclasses.asdict(w) for w in result.windows],
+                    "stats": dataclasses.asdict(result.stats),
+                },
+            }
+        )
+
+
+def _event(obj: dict[str, Any]) -> str:
+    return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
+
+
+def create_app(options: Options, max_upload_mb: float = 200, queue_size: int = 16) -> Starlette:
+    """The ASGI app; its models load when it starts (lifespan) and close when it stops."""
+    metrics = Metrics()
+    engine = Engine(options, queue_size, metrics)
+    upload_dir = Path(tempfile.mkdtemp(prefix="as2d-uploads-"))
+    api = AudioApi(engine, Limits(int(max_upload_mb * 2**20), queue_size), upload_dir)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await asyncio.to_thread(engine.start)
+        try:
+            yield
+        finally:
+            await asyncio.to_thread(engine.stop)
+            shutil.rmtree(upload_dir, ignore_errors=True)
+
+    return Starlette(routes=api.routes(), lifespan=lifespan)
+
+
+def serve(options: Options, host: str, port: int, max_upload_mb: float, queue_size: int) -> None:
+    """Runs the server until SIGINT/SIGTERM: uvicorn stops taking requests, answers those in
+    flight, and the lifespan closes the models."""
+    import uvicorn
+
+    app = create_app(options, max_upload_mb, queue_size)
+    uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=300)

@@ -1,0 +1,278 @@
+"""`as2d serve` in a subprocess on 127.0.0.1, spoken to with the official `openai` client and
+with raw HTTP for bad requests: answers equal `as2d transcribe` token for token."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import openai
+import pytest
+
+from as2d.cli import main
+
+DATA = Path(__file__).parent / "data"
+CLIP = DATA / "asterisk" / "en" / "demo-nogo.wav"
+LONG = DATA / "long_en.flac"
+START_S = 180
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _children(pid: int) -> list[int]:
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """A server with a small queue (1) and upload limit (3 MB), stopped with SIGTERM."""
+    port = _free_port()
+    args = ["serve", "--port", str(port), "--queue", "1", "--max-upload-mb", "3"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "as2d.cli", *args, "--language", "en"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + START_S
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(url + "/health", timeout=2)
+            break
+        except OSError:
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            time.sleep(0.5)
+    else:
+        proc.kill()
+        pytest.fail("the server did not start")
+    yield url, proc
+    if proc.poll() is None:
+        proc.kill()
+
+
+@pytest.fixture(scope="module")
+def client(server) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server[0] + "/v1", api_key="none", max_retries=0)
+
+
+@pytest.fixture(scope="module")
+def cli_json(tmp_path_factory) -> dict[str, dict]:
+    """`as2d transcribe --format json` of the test files, by name."""
+    out = tmp_path_factory.mktemp("cli")
+    files = [str(CLIP), str(LONG)]
+    assert main(["transcribe", *files, "--language", "en", "--format", "json", "-o", str(out)]) == 0
+    return {Path(f).name: json.loads((out / f"{Path(f).stem}.json").read_text()) for f in files}
+
+
+def _post(url: str, fields: dict[str, str], file: bytes | None, name: str = "a.wav"):
+    """A multipart POST; returns (status, headers, body)."""
+    boundary = uuid.uuid4().hex
+    parts = [
+        f'--{boundary}\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n'.encode()
+        for k, v in fields.items()
+    ]
+    if file is not None:
+        head = f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="{name}"'
+        parts.append(f"{head}\r\nContent-Type: application/octet-stream\r\n\r\n".encode())
+        parts.append(file + b"\r\n")
+    body = b"".join(parts) + f"--{boundary}--\r\n".encode()
+    request = urllib.request.Request(
+        url, body, {"Content-Type": f"multipart/form-data; boundary={boundary}"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=300) as response:
+            return response.status, response.headers, response.read()
+    except urllib.error.HTTPError as err:
+        return err.code, err.headers, err.read()
+
+
+def _error(body: bytes) -> str:
+    error = json.loads(body)["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    return str(error["message"])
+
+
+def test_transcriptions_equal_the_command_line(client, cli_json):
+    expected = cli_json[CLIP.name]
+    with CLIP.open("rb") as f:
+        verbose = client.audio.transcriptions.create(
+            model="whisper-1", file=f, response_format="verbose_json"
+        )
+    ours = verbose.model_extra["as2d"]
+    assert [w["token_ids"] for w in ours["windows"]] == [
+        w["token_ids"] for w in expected["windows"]
+    ]
+    assert verbose.text == expected["text"]
+    with CLIP.open("rb") as f:
+        text = client.audio.transcriptions.create(
+            model="whisper-base", file=f, response_format="text"
+        )
+    assert text == expected["text"] + "\n"
+    with CLIP.open("rb") as f:
+        srt = client.audio.transcriptions.create(model="whisper-1", file=f, response_format="srt")
+    assert srt.startswith("1\n00:00:00,000 --> ") and expected["text"] in srt
+
+
+def test_streaming_sends_the_text_as_windows_finish(client, cli_json):
+    with LONG.open("rb") as f:
+        events = list(client.audio.transcriptions.create(model="whisper-1", file=f, stream=True))
+    deltas = [e.delta for e in events if e.type == "transcript.text.delta"]
+    assert len(deltas) == len([w for w in cli_json[LONG.name]["windows"] if w["text"]])
+    assert events[-1].type == "transcript.text.done"
+    assert events[-1].text == "".join(deltas) == cli_json[LONG.name]["text"]
+
+
+def test_translations_answer_with_the_translate_task(server, tmp_path):
+    status, _, body = _post(
+        server[0] + "/v1/audio/translations",
+        {"model": "whisper-1", "response_format": "verbose_json"},
+        CLIP.read_bytes(),
+    )
+    assert status == 200, body
+    answer = json.loads(body)
+    assert answer["task"] == "translate" and answer["text"]
+    out = tmp_path / "cli"
+    main(["transcribe", str(CLIP), "--task", "translate", "--language", "en", "--format", "json",
+          "-o", str(out)])  # fmt: skip
+    expected = json.loads((out / "demo-nogo.json").read_text())
+    assert [w["token_ids"] for w in answer["as2d"]["windows"]] == [
+        w["token_ids"] for w in expected["windows"]
+    ]
+
+
+@pytest.mark.parametrize(
+    ("fields", "file", "status", "says"),
+    [
+        ({"model": "whisper-1"}, b"not audio at all" * 64, 400, "not a readable audio file"),
+        ({"model": "whisper-1"}, b"", 400, "empty"),
+        ({"model": "gpt-4o"}, CLIP.read_bytes(), 400, "unknown model"),
+        ({"model": "whisper-1", "response_format": "xml"}, CLIP.read_bytes(), 400, "json"),
+        ({"model": "whisper-1", "temperature": "0.7"}, CLIP.read_bytes(), 400, "temperature"),
+        ({"model": "whisper-1"}, None, 400, "no file"),
+    ],
+)
+def test_bad_requests_get_an_openai_error_and_the_server_goes_on(
+    server, fields, file, status, says
+):
+    code, _, body = _post(server[0] + "/v1/audio/transcriptions", fields, file, "a.wav")
+    assert code == status
+    message = _error(body)
+    assert says in message and "as2d-uploads" not in message  # names the upload, not our file
+    code, _, body = _post(server[0] + "/v1/audio/transcriptions", {"model": "whisper-1"},
+                          CLIP.read_bytes())  # fmt: skip
+    assert code == 200 and json.loads(body)["text"]
+
+
+def test_an_upload_over_the_limit_is_refused_before_it_is_read(server):
+    host, port = server[0].removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    conn.putrequest("POST", "/v1/audio/transcriptions")
+    conn.putheader("Content-Type", "multipart/form-data; boundary=x")
+    conn.putheader("Content-Length", str(4 << 20))  # 4 MB announced, none sent
+    conn.endheaders()
+    response = conn.getresponse()
+    assert response.status == 413
+    assert "larger than 3 MB" in _error(response.read())
+
+
+def test_chat_with_a_whisper_target_is_a_clear_400(server):
+    request = urllib.request.Request(
+        server[0] + "/v1/chat/completions", b"{}", {"Content-Type": "application/json"}
+    )
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(request, timeout=30)
+    assert err.value.code == 400
+    assert "audio LLM target" in _error(err.value.read())
+
+
+def test_models_health_and_metrics(server):
+    models = json.loads(urllib.request.urlopen(server[0] + "/v1/models").read())
+    assert [m["id"] for m in models["data"]] == ["whisper-base", "whisper-1"]
+    health = json.loads(urllib.request.urlopen(server[0] + "/health").read())
+    assert health["status"] == "ok" and health["drafter"] in ("up", "none")
+    metrics = urllib.request.urlopen(server[0] + "/metrics").read().decode()
+    assert 'as2d_requests_total{endpoint="transcriptions",status="200"}' in metrics
+    assert "as2d_queue_depth" in metrics and "as2d_accepted_tokens_total" in metrics
+
+
+def test_a_full_queue_answers_503_with_retry_after(server):
+    answers: list[tuple[int, object]] = []
+
+    def send() -> None:
+        url = server[0] + "/v1/audio/transcriptions"
+        status, headers, _ = _post(url, {"model": "whisper-1"}, LONG.read_bytes(), "long.flac")
+        answers.append((status, headers.get("Retry-After")))
+
+    threads = [threading.Thread(target=send) for _ in range(3)]  # one decoding, one queued
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(status for status, _ in answers)[0] == 200
+    busy = [retry for status, retry in answers if status == 503]
+    assert busy and all(retry for retry in busy)
+
+
+def test_a_drafter_killed_mid_request_changes_nothing_and_is_replaced(server, cli_json):
+    url, proc = server
+    drafters = _children(proc.pid)
+    answer: dict = {}
+
+    def send() -> None:
+        _, _, body = _post(url + "/v1/audio/transcriptions",
+                           {"model": "whisper-1", "response_format": "verbose_json"},
+                           LONG.read_bytes(), "long.flac")  # fmt: skip
+        answer.update(json.loads(body))
+
+    thread = threading.Thread(target=send)
+    thread.start()
+    time.sleep(2.0)  # decoding its first windows
+    for pid in drafters:
+        os.kill(pid, signal.SIGKILL)
+    thread.join()
+    expected = cli_json[LONG.name]
+    assert [w["token_ids"] for w in answer["as2d"]["windows"]] == [
+        w["token_ids"] for w in expected["windows"]
+    ]
+    code, _, _ = _post(url + "/v1/audio/transcriptions", {"model": "whisper-1"}, CLIP.read_bytes())
+    assert code == 200
+    health = json.loads(urllib.request.urlopen(url + "/health").read())
+    assert health["drafter"] == "up"
+    assert set(_children(proc.pid)) - set(drafters)  # a new drafter process
+
+
+def test_sigterm_stops_the_server_cleanly(server):
+    """Last in this file: the server drains and exits by the signal (uvicorn raises it again
+    once it has shut down, for supervisors), with no traceback and no process left."""
+    _, proc = server
+    children = _children(proc.pid)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == -signal.SIGTERM
+    assert proc.stderr is not None and "Traceback" not in proc.stderr.read()
+    time.sleep(0.5)
+    assert not [pid for pid in children if _alive(pid)]
