@@ -7,14 +7,11 @@ import http.client
 import json
 import os
 import signal
-import socket
 import subprocess
-import sys
 import threading
 import time
 import urllib.error
 import urllib.request
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,57 +19,19 @@ import openai
 import pytest
 
 from as2d.cli import main
+from as2d.eval.serve_load import alive, post_audio, run_load, started_server
 
 DATA = Path(__file__).parent / "data"
 CLIP = DATA / "asterisk" / "en" / "demo-nogo.wav"
 LONG = DATA / "long_en.flac"
-START_S = 180
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _children(pid: int) -> list[int]:
-    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
-    return [int(p) for p in out.split()]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
 
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[tuple[str, subprocess.Popen[str]]]:
     """A server with a small queue (1) and upload limit (3 MB), stopped with SIGTERM."""
-    port = _free_port()
-    args = ["serve", "--port", str(port), "--queue", "1", "--max-upload-mb", "3"]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "as2d.cli", *args, "--language", "en"],
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + START_S
-    while time.monotonic() < deadline:
-        try:
-            urllib.request.urlopen(url + "/health", timeout=2)
-            break
-        except OSError:
-            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-            time.sleep(0.5)
-    else:
-        proc.kill()
-        pytest.fail("the server did not start")
-    yield url, proc
-    if proc.poll() is None:
-        proc.kill()
+    args = ["--queue", "1", "--max-upload-mb", "3", "--language", "en"]
+    with started_server(args) as running:
+        yield running.url, running.process
 
 
 @pytest.fixture(scope="module")
@@ -89,26 +48,18 @@ def cli_json(tmp_path_factory) -> dict[str, dict]:
     return {Path(f).name: json.loads((out / f"{Path(f).stem}.json").read_text()) for f in files}
 
 
-def _post(url: str, fields: dict[str, str], file: bytes | None, name: str = "a.wav"):
-    """A multipart POST; returns (status, headers, body)."""
-    boundary = uuid.uuid4().hex
-    parts = [
-        f'--{boundary}\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n'.encode()
-        for k, v in fields.items()
-    ]
-    if file is not None:
-        head = f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="{name}"'
-        parts.append(f"{head}\r\nContent-Type: application/octet-stream\r\n\r\n".encode())
-        parts.append(file + b"\r\n")
-    body = b"".join(parts) + f"--{boundary}--\r\n".encode()
-    request = urllib.request.Request(
-        url, body, {"Content-Type": f"multipart/form-data; boundary={boundary}"}
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=300) as response:
-            return response.status, response.headers, response.read()
-    except urllib.error.HTTPError as err:
-        return err.code, err.headers, err.read()
+_post = post_audio
+
+
+def _children(pid: int) -> list[int]:
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+def _metric(url: str, name: str) -> float:
+    text = urllib.request.urlopen(url + "/metrics").read().decode()
+    values = [line.split()[-1] for line in text.splitlines() if line.startswith(name + " ")]
+    return float(values[0])
 
 
 def _error(body: bytes) -> str:
@@ -226,7 +177,7 @@ def test_a_full_queue_answers_503_with_retry_after(server):
     def send() -> None:
         url = server[0] + "/v1/audio/transcriptions"
         status, headers, _ = _post(url, {"model": "whisper-1"}, LONG.read_bytes(), "long.flac")
-        answers.append((status, headers.get("Retry-After")))
+        answers.append((status, headers.get("retry-after")))
 
     threads = [threading.Thread(target=send) for _ in range(3)]  # one decoding, one queued
     for t in threads:
@@ -266,6 +217,53 @@ def test_a_drafter_killed_mid_request_changes_nothing_and_is_replaced(server, cl
     assert set(_children(proc.pid)) - set(drafters)  # a new drafter process
 
 
+def test_a_client_that_disconnects_cancels_its_recording(server):
+    url, _ = server
+    audio_before = _metric(url, "as2d_audio_seconds_total")
+    host, port = url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    boundary = "b0undary"
+    body = (
+        (
+            f'--{boundary}\r\nContent-Disposition: form-data; name="model"\r\n\r\nwhisper-1\r\n'
+            f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="long.flac"\r\n'
+            "Content-Type: application/octet-stream\r\n\r\n"
+        ).encode()
+        + LONG.read_bytes()
+        + f"\r\n--{boundary}--\r\n".encode()
+    )
+    conn.request("POST", "/v1/audio/transcriptions", body,
+                 {"Content-Type": f"multipart/form-data; boundary={boundary}"})  # fmt: skip
+    time.sleep(1.5)  # its first window is being decoded
+    conn.close()
+    code, _, body = _post(url + "/v1/audio/transcriptions", {"model": "whisper-1"},
+                          CLIP.read_bytes())  # fmt: skip
+    assert code == 200
+    # Only the short clip was decoded to the end: the long recording stopped where it was.
+    assert _metric(url, "as2d_audio_seconds_total") - audio_before < 30
+    metrics = urllib.request.urlopen(url + "/metrics").read().decode()
+    assert 'status="499"' in metrics
+
+
+def test_load_of_four_clients_answers_every_request_alike(tmp_path):
+    """A bounded load (4 clients, 12 requests over three recordings) on a server of its own."""
+    files = [
+        CLIP,
+        DATA / "asterisk" / "en" / "dir-intro.wav",
+        DATA / "asterisk" / "en" / "tt-allbusy.wav",
+    ]
+    with started_server(["--queue", "8", "--language", "en"]) as running:
+        report = run_load(running.url, files, clients=4, requests=12)
+        children = running.children()
+        running.process.send_signal(signal.SIGTERM)
+        running.process.wait(timeout=60)
+    assert report.statuses == [200] * 12
+    assert report.identical() and len(report.token_ids) == 3
+    assert report.p95 >= report.p50 > 0
+    time.sleep(0.5)
+    assert not [pid for pid in children if alive(pid)]
+
+
 def test_sigterm_stops_the_server_cleanly(server):
     """Last in this file: the server drains and exits by the signal (uvicorn raises it again
     once it has shut down, for supervisors), with no traceback and no process left."""
@@ -275,4 +273,4 @@ def test_sigterm_stops_the_server_cleanly(server):
     assert proc.wait(timeout=60) == -signal.SIGTERM
     assert proc.stderr is not None and "Traceback" not in proc.stderr.read()
     time.sleep(0.5)
-    assert not [pid for pid in children if _alive(pid)]
+    assert not [pid for pid in children if alive(pid)]
