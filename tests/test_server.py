@@ -3,6 +3,7 @@ with raw HTTP for bad requests: answers equal `as2d transcribe` token for token.
 
 from __future__ import annotations
 
+import base64
 import http.client
 import json
 import os
@@ -18,6 +19,7 @@ from pathlib import Path
 import openai
 import pytest
 
+from as2d.api import Options, Transcriber
 from as2d.cli import main
 from as2d.eval.serve_load import alive, post_audio, run_load, started_server
 
@@ -159,6 +161,29 @@ def test_chat_with_a_whisper_target_is_a_clear_400(server):
         urllib.request.urlopen(request, timeout=30)
     assert err.value.code == 400
     assert "audio LLM target" in _error(err.value.read())
+
+
+def test_chat_with_an_audio_llm_answers_as_ask_does(tiny_qwen_dirs):
+    """Chat completions with a tiny random Qwen2-Audio target: the answer is `ask`'s."""
+    directory = str(tiny_qwen_dirs["qwen2_audio"])
+    clip = DATA / "asterisk" / "en" / "vm-newuser.wav"
+    request = "Who is speaking, and what do they want?"
+    audio = {"data": base64.b64encode(clip.read_bytes()).decode(), "format": "wav"}
+    content = [{"type": "text", "text": request}, {"type": "input_audio", "input_audio": audio}]
+    with started_server(["--target", directory, "--method", "pld", "--budget", "4"]) as running:
+        client = openai.OpenAI(base_url=running.url + "/v1", api_key="none", max_retries=0)
+        messages = [{"role": "user", "content": content}]
+        reply = client.chat.completions.create(model=directory, messages=messages)
+        with pytest.raises(openai.BadRequestError, match="input_audio"):
+            client.chat.completions.create(
+                model=directory, messages=[{"role": "user", "content": content[:1]}]
+            )
+    options = Options(target=directory, method="target", task="ask", request=request)
+    with Transcriber(options) as transcriber:
+        run = transcriber.transcribe(clip)
+        expected = [w.token_ids for w in run]
+    assert [w["token_ids"] for w in reply.model_extra["as2d"]["windows"]] == expected
+    assert reply.choices[0].message.content == run.text
 
 
 def test_models_health_and_metrics(server):

@@ -38,6 +38,7 @@ from as2d.models.whisper import WhisperTarget
 from as2d.options import Options, check, drafter_spec, rule
 from as2d.runtime.cores import thread_split
 from as2d.runtime.drafter import DrafterProcess, start_drafter
+from as2d.runtime.drafts import stored_drafts
 from as2d.types import SAMPLE_RATE, RunStats, Window, WindowResult
 
 DRAFTER_LOAD_S = 120.0  # the most a Transcriber waits for its drafter's model to load
@@ -117,8 +118,6 @@ class Transcriber:
             o = self.options
             self.target = shared_target or load_target(o.target, o.device, torch_dtype(o.dtype))
             self.tokenizer = self.target.tokenizer
-            request = o.request if o.task == "ask" else None
-            self.request_tokens = self.tokenizer.encode(request) if request else []
             self.rule = rule(o, rounding_bound(self.target.dtype))
             # Warm-up passes keep first calls out of timings: the runs' (`warm`), and the costs
             # that speculative methods measure on first use; a one-off run with costs cached
@@ -175,19 +174,30 @@ class Transcriber:
         return encoded
 
     def transcribe(
-        self, audio: AudioInput, language: str | None = None, task: str | None = None
+        self,
+        audio: AudioInput,
+        language: str | None = None,
+        task: str | None = None,
+        request: str | None = None,
     ) -> Transcription:
         """Decode every speech window of `audio` (a path or 16 kHz mono float32 samples).
 
         `language`: this recording's, where `options.language` is None (else detected).
-        `task`: "transcribe" or "translate", this recording's where it is not `options.task`
-        (a server answers both with one Whisper target).
+        `task` ("transcribe", "translate", "ask") and `request` (for "ask"): this recording's,
+        where they are not the options' (a server answers every kind of request with one
+        target).
         """
-        if task not in (None, self.options.task) and "ask" in (task, self.options.task):
-            raise ValueError(f"a Transcriber for task {self.options.task} cannot {task}")
+        o = self.options
+        task = task or o.task
+        asked = Request(
+            task, o.language or language, (request or o.request) if task == "ask" else None
+        )
+        if task == "ask" and not (self.target.follows_requests and asked.text):
+            raise ValueError(
+                f"{o.target} cannot answer requests" if asked.text else "ask needs a request"
+            )
         run = Transcription(iter([]))
-        language = self.options.language or language
-        run.windows = self._decode_windows(audio, run, language, task or self.options.task)
+        run.windows = self._decode_windows(audio, run, asked)
         return run
 
     @property
@@ -213,12 +223,16 @@ class Transcriber:
         self.decoder.forget()
 
     def _decode_windows(
-        self, audio: AudioInput, run: Transcription, language: str | None, task: str
+        self, audio: AudioInput, run: Transcription, asked: Request
     ) -> Iterator[WindowResult]:
         start = time.perf_counter()
         tokens, audio_s = 0, 0.0
+        request_tokens = self.tokenizer.encode(asked.text) if asked.text else []
+        if isinstance(self.decoder, SpeculativeDecoder):  # drafts made before, if stored
+            spec_options = replace(self.options, language=asked.language, task=asked.task)
+            self.decoder.stored = stored_drafts(spec_options, audio)
         for window in self.decoder.windows(iter_windows(audio)):
-            result, language = self.decode_window(window, language, task)
+            result, asked = self.decode_window(window, asked, request_tokens)
             tokens += len(result.token_ids)
             audio_s = window.end
             yield result
@@ -235,18 +249,19 @@ class Transcriber:
         )
 
     def decode_window(
-        self, window: Window, language: str | None, task: str | None = None
-    ) -> tuple[WindowResult, str | None]:
-        """Decode one window; returns its result and the language (detected if None)."""
+        self, window: Window, asked: Request, request_tokens: Sequence[int] = ()
+    ) -> tuple[WindowResult, Request]:
+        """Decode one window; returns its result and `asked` with its language (detected if
+        None). `request_tokens`: the request's, for prompt lookup."""
         t0 = time.perf_counter()
         decoder = self.decoder
         with decoder.lend_cores(window) as loan:
             encoded = self.target.encode(window.audio, loan.take if loan else None)
-            language = self.target.language(encoded, language)
+            asked = replace(asked, language=self.target.language(encoded, asked.language))
             decoder.prepare(window)  # sd: the drafter's encoder forward
         t1 = synced_clock(self.target.device)
-        prompt = self._prompt(encoded, language, task)
-        token_ids, counts = decoder.decode(window, encoded, prompt, self.rule, self.request_tokens)
+        prompt = self.target.prompt(encoded, asked)
+        token_ids, counts = decoder.decode(window, encoded, prompt, self.rule, list(request_tokens))
         t2 = synced_clock(self.target.device)
         text = self.tokenizer.decode(token_ids).strip()
         w = window
@@ -254,12 +269,12 @@ class Transcriber:
             w.index, w.start, w.end, text, token_ids, t1 - t0, t2 - t1, **asdict(counts)
         )
         result.started_at = t0
-        return result, language
+        return result, asked
 
-    def _prompt(self, encoded: Any, language: str | None, task: str | None = None) -> list[int]:
-        """The target family's prompt for this window, task, language and request."""
+    def _prompt(self, encoded: Any, language: str | None) -> list[int]:
+        """The target family's prompt for this window, in the options' task and request."""
         o = self.options
-        return self.target.prompt(encoded, Request(task or o.task, language, o.request))
+        return self.target.prompt(encoded, Request(o.task, language, o.request))
 
 
 def compare(audio: AudioInput, options: Options, methods: Sequence[str]) -> list[Transcription]:

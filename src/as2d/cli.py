@@ -17,6 +17,7 @@ import sys
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
@@ -28,6 +29,7 @@ from as2d.eval.catalog import DRAFTERS, Config, catalog
 from as2d.models.bundled import ModelNotFoundError, cache_root
 from as2d.options import DTYPES, METHODS, Options, check, drafter_spec, parse_budget
 from as2d.runtime.drafter import start_drafter
+from as2d.runtime.drafts import stored_drafts
 from as2d.writers import FORMATS, FileResult, output_path, render, write_atomic
 
 if TYPE_CHECKING:
@@ -64,6 +66,13 @@ def build_parser() -> argparse.ArgumentParser:
     add_bench_parser(commands)
     add_exactness_parser(commands)
     add_serve_parser(commands)
+    draft = commands.add_parser("draft", help="draft files ahead, for transcribe and serve")
+    draft.add_argument("files", nargs="+", metavar="FILE")
+    draft.add_argument("--drafter", default="auto")
+    draft.add_argument("--language", default=None)
+    draft.add_argument("--task", default="transcribe", choices=("transcribe", "translate"))
+    draft.add_argument("--threads", type=int, default=None, help="default: every core")
+    draft.add_argument("--store", default=None, help="default: $AS2D_CACHE/drafts")
     return parser
 
 
@@ -102,6 +111,10 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=None, help="sampling seed")
     parser.add_argument("--drafter-threads", type=int, default=None, help="default: half the cores")
     parser.add_argument("--language", default=None, help="e.g. en; default: detect (multilingual)")
+    parser.add_argument(
+        "--drafts", default="auto", choices=("auto", "off"), help="use drafts made by as2d draft"
+    )
+    parser.add_argument("--store", default=None, help="the draft store; default $AS2D_CACHE/drafts")
     parser.add_argument("--threads", type=int, default=None, help="torch threads for the target")
     parser.add_argument("--device", default="cpu", help="the target's device: cpu or cuda[:N]")
     parser.add_argument("--dtype", default=None, choices=DTYPES, help="the target's weights")
@@ -186,6 +199,8 @@ def run_command(argv: Sequence[str] | None) -> int:
         return exactness_dataset(args)
     if args.command == "serve":
         return serve(args)
+    if args.command == "draft":
+        return draft_files(args)
     if args.command == "ask":
         args.files, args.task = [args.file], "ask"
     return transcribe_files(args)
@@ -278,7 +293,36 @@ def model_options(args: argparse.Namespace) -> Options:
         seed=args.seed,
         threads=args.threads,
         drafter_threads=args.drafter_threads,
+        drafts=args.drafts,
+        drafts_dir=args.store,
     )
+
+
+def draft_files(args: argparse.Namespace) -> int:
+    """Makes and stores the drafts of each file (as2d transcribe and serve use them)."""
+    from as2d.audio.load import AudioError
+    from as2d.runtime.drafts import draft_store, load_drafter, make_drafts
+
+    options = Options(drafter=args.drafter, language=args.language, task=args.task)
+    spec = drafter_spec(options)
+    assert spec is not None  # method as2d
+    spec = replace(spec, threads=args.threads or os.cpu_count() or 1)
+    store = draft_store(Path(args.store) if args.store else None)
+    drafter = None
+    failed = 0
+    for file in args.files:
+        try:
+            key = store.key(Path(file), spec)
+            if store.load(key) is None:
+                drafter = drafter or load_drafter(spec)
+                store.save(key, make_drafts(Path(file), drafter) or [])
+            print(f"{file}: drafted ({spec.name})", file=sys.stderr)
+        except (AudioError, OSError, ValueError) as err:
+            fail(str(err) if isinstance(err, AudioError) else f"{file}: {err}", EXIT_USAGE)
+            failed += 1
+    if failed == 0:
+        return EXIT_OK
+    return EXIT_USAGE if failed == len(args.files) else EXIT_SOME_FAILED
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -300,11 +344,13 @@ def serve(args: argparse.Namespace) -> int:
 def open_transcriber(options: Options, files: Sequence[str]) -> Transcriber:
     """The Transcriber of a one-off command over `files`: its drafter process starts before
     torch is imported here, so that both load side by side, and no warm-up passes that only
-    serve timing are run (see `Transcriber`). Where no file is long enough for drafting to
-    pay on this machine (`drafting_may_pay`), no drafter process starts at all."""
+    serve timing are run (see `Transcriber`). Where every file's drafts are stored (`as2d
+    draft`) or no file is long enough for drafting to pay on this machine
+    (`drafting_may_pay`), no drafter process starts at all."""
     try:
         check(options)  # before a drafter is started for nothing
-        spawn = drafting_may_pay(options, cache_root(), _durations(files))
+        stored = all(stored_drafts(options, file) is not None for file in files)
+        spawn = not stored and drafting_may_pay(options, cache_root(), _durations(files))
         drafter = start_drafter(drafter_spec(options)) if spawn else None
     except ValueError as err:
         raise UsageError(str(err)) from err

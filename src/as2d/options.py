@@ -40,6 +40,8 @@ class Options:
     budget: int | None = None  # None: chosen per step from the measured cost; else fixed k
     max_k: int = 16  # the largest budget considered
     lookahead: int = 2  # windows the drafter may run ahead of the target
+    drafts: str = "auto"  # as2d: "auto" uses drafts stored before (runtime/drafts.py); "off"
+    drafts_dir: str | None = None  # the draft store; None: $AS2D_CACHE/drafts
     # Threads: default splits the cores between target and drafter (as2d), else all cores
     threads: int | None = None  # the target's torch threads
     drafter_threads: int | None = None
@@ -113,5 +115,7 @@ def check(options: Options) -> None:
         raise ValueError(
             f"sd needs a PyTorch drafter (its KV cache follows the target), not {options.drafter!r}"
         )
+    if options.drafts not in ("auto", "off"):
+        raise ValueError(f"drafts must be auto or off, got {options.drafts!r}")
     if options.budget is not None and not 0 <= options.budget <= options.max_k:
         raise ValueError(f"budget must be between 0 and {options.max_k}, got {options.budget}")

@@ -9,19 +9,24 @@ drafting for is unchanged: the target carries on alone).
 
 Endpoints: `POST /v1/audio/transcriptions` and `/v1/audio/translations` (OpenAI's multipart
 form; `stream=true` sends server-sent events as windows finish), `POST /v1/chat/completions`
-(audio LLM targets only), `GET /v1/models`, `/health`, `/metrics` (Prometheus text).
+(audio LLM targets only: one `input_audio` part and the request as text), `GET /v1/models`,
+`/health`, `/metrics` (Prometheus text).
 Errors are OpenAI's JSON: `{"error": {"message", "type", "param", "code"}}`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import dataclasses
 import json
 import queue
 import shutil
 import tempfile
 import threading
+import time
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -68,6 +73,7 @@ class Job:
     task: str
     language: str | None
     loop: asyncio.AbstractEventLoop
+    request: str | None = None  # task "ask": what the user asks about the recording
     events: asyncio.Queue[tuple[str, Any]] = field(default_factory=asyncio.Queue)
     cancelled: threading.Event = field(default_factory=threading.Event)
 
@@ -166,7 +172,7 @@ class Engine:
         from as2d.audio.load import AudioError
 
         try:
-            run = transcriber.transcribe(job.path, job.language, job.task)
+            run = transcriber.transcribe(job.path, job.language, job.task, job.request)
             for window in run:
                 self.metrics.window(window)
                 job.send("window", window)
@@ -239,13 +245,55 @@ class AudioApi:
         return response
 
     async def _chat(self, request: Request) -> Response:
-        if self.engine.follows_requests:
-            raise ApiError(501, "chat completions are not served yet (as2d ask answers requests)")
-        raise ApiError(
-            400,
-            f"the target {self.engine.options.target} transcribes and translates; chat needs an "
-            "audio LLM target (Qwen2-Audio, Qwen2.5-Omni): start the server with --target",
-            "model",
+        """OpenAI's chat completion with one `input_audio` part in the last user message; its
+        text parts are the request (task "ask"). Earlier messages are not used."""
+        if not self.engine.follows_requests:
+            raise ApiError(
+                400,
+                f"the target {self.engine.options.target} transcribes and translates; chat "
+                "needs an audio LLM target (Qwen2-Audio, Qwen2.5-Omni): start the server with "
+                "--target",
+                "model",
+            )
+        length = request.headers.get("content-length", "0")
+        if not length.isdigit() or int(length) > 2 * self.limits.max_upload_bytes:  # base64
+            raise self._too_large()
+        try:
+            body = await request.json()
+            messages = body["messages"]
+            fields = {k: str(body[k]) for k in ("model", "temperature") if k in body}
+        except (ValueError, KeyError, TypeError):
+            raise ApiError(400, "the body must be JSON with model and messages") from None
+        if body.get("stream"):
+            raise ApiError(400, "stream is not supported for chat completions", "stream")
+        self._check_fields({**fields, "model": str(body.get("model"))})
+        text, audio, fmt = _chat_parts(messages)
+        if len(audio) > self.limits.max_upload_bytes:
+            raise self._too_large()
+        path = self._write(audio, f".{fmt}")
+        job = Job(path, "audio", "ask", None, asyncio.get_running_loop(), text)
+        windows, stats = await self._run(job, request)
+        answer = " ".join(w.text for w in windows if w.text)
+        tokens = sum(len(w.token_ids) for w in windows)
+        return JSONResponse(
+            {
+                "id": f"chatcmpl-{uuid.uuid4().hex}",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": body["model"],
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": answer},
+                        "finish_reason": "stop",
+                    }
+                ],
+                "usage": {"completion_tokens": tokens},
+                "as2d": {
+                    "windows": [dataclasses.asdict(w) for w in windows],
+                    "stats": dataclasses.asdict(stats),
+                },
+            }
         )
 
     async def _audio(self, request: Request, task: str) -> Response:
@@ -267,17 +315,10 @@ class AudioApi:
             await form.close()
         loop = asyncio.get_running_loop()
         job = Job(path, name, task, fields.get("language") or None, loop)
-        try:
-            self.engine.submit(job)
-        except ApiError:
-            path.unlink()
-            raise
         if stream:
+            self._submit(job)
             return StreamingResponse(self._stream(job), media_type="text/event-stream")
-        try:
-            windows, stats = await self._collect(job, request)
-        finally:
-            path.unlink(missing_ok=True)
+        windows, stats = await self._run(job, request)
         result = FileResult(name, *self._who(), windows, stats)
         return self._render(result, fmt, task, job.language)
 
@@ -330,6 +371,28 @@ class AudioApi:
     def _too_large(self) -> ApiError:
         mb = self.limits.max_upload_bytes / 2**20
         return ApiError(413, f"the upload is larger than {mb:g} MB (--max-upload-mb)", "file")
+
+    def _submit(self, job: Job) -> None:
+        try:
+            self.engine.submit(job)
+        except ApiError:
+            job.path.unlink()
+            raise
+
+    async def _run(self, job: Job, request: Request) -> tuple[list[WindowResult], RunStats]:
+        """Queues the job and waits for its windows; its file is removed after."""
+        self._submit(job)
+        try:
+            return await self._collect(job, request)
+        finally:
+            job.path.unlink(missing_ok=True)
+
+    def _write(self, data: bytes, suffix: str) -> Path:
+        if not data:
+            raise ApiError(400, "the audio is empty", "messages")
+        with tempfile.NamedTemporaryFile(dir=self.upload_dir, suffix=suffix, delete=False) as out:
+            out.write(data)
+        return Path(out.name)
 
     async def _collect(self, job: Job, request: Request) -> tuple[list[WindowResult], RunStats]:
         """Waits for the job's windows; a client that disconnects cancels it."""
@@ -401,6 +464,32 @@ class AudioApi:
                 },
             }
         )
+
+
+def _chat_parts(messages: Any) -> tuple[str, bytes, str]:
+    """The request text, the audio bytes and their format from the last user message."""
+    users = [m for m in messages if isinstance(m, dict) and m.get("role") == "user"]
+    content = users[-1].get("content") if users else None
+    if not isinstance(content, list):
+        raise ApiError(400, "the last user message needs content parts: text and input_audio")
+    texts = [p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text"]
+    audios = [
+        p.get("input_audio")
+        for p in content
+        if isinstance(p, dict) and p.get("type") == "input_audio"
+    ]
+    if len(audios) != 1 or not isinstance(audios[0], dict):
+        raise ApiError(400, "the last user message needs exactly one input_audio part", "messages")
+    if not any(t.strip() for t in texts):
+        raise ApiError(400, "the last user message needs a text part: the request", "messages")
+    fmt = str(audios[0].get("format") or "wav")
+    if not fmt.isalnum():
+        raise ApiError(400, f"unknown audio format {fmt!r}", "messages")
+    try:
+        audio = base64.b64decode(audios[0].get("data") or "", validate=True)
+    except (binascii.Error, ValueError):
+        raise ApiError(400, "input_audio data is not base64", "messages") from None
+    return "\n".join(t for t in texts if t.strip()), audio, fmt
 
 
 def _event(obj: dict[str, Any]) -> str:

@@ -30,6 +30,7 @@ from as2d.engine.target import Target, TextTokenizer
 from as2d.engine.verify import Rule
 from as2d.runtime.cores import CoreLoan
 from as2d.runtime.drafter import DrafterProcess
+from as2d.runtime.drafts import Drafts
 from as2d.types import DrafterActivity, Window
 
 MIN_SHARED_PASSES = 8  # passes a window's drafter shares the cores before `Payoff` judges it
@@ -82,6 +83,7 @@ class SpeculativeDecoder:
         )
         self.history = HistoryLookup()
         self.base = 0  # drafter window number of the current recording's window 0
+        self.stored: Drafts | None = None  # the current recording's drafts made before
 
     def windows(self, windows: Iterable[Window]) -> Iterator[Window]:
         """Yields a recording's windows in order, submitting each to the drafter early."""
@@ -120,9 +122,13 @@ class SpeculativeDecoder:
         if request:
             sources.insert(0, PromptLookup(request, max_ngram=4))
         index = self.base + window.index
+        stored = self._stored(window)
         d = self.drafter if self.drafter is not None and self.drafter.holds(index) else None
-        if d is not None:
-            stream = DraftTokens(d, index, self.tokenizer, self.leading_space)
+        # A stored draft is complete and was never sent to the drafter process.
+        drafts = self.stored if stored else d
+        if drafts is not None:
+            at = window.index if stored else index
+            stream = DraftTokens(drafts, at, self.tokenizer, self.leading_space)
             sources.insert(0, DrafterStreamSource(stream.tokens, key=self.word_keys))
         payoff = Payoff(self.alone_step_s)
         with self.lend_cores(window, lambda: d is None or d.idle or payoff.losing()) as loan:
@@ -140,7 +146,8 @@ class SpeculativeDecoder:
         if self.drafter is not None:
             self.drafter.release(index)
         if self.gate is not None:
-            self.gate.observe(window.duration, len(tokens), counts.accepted_tokens, d is not None)
+            drafted = d is not None or stored
+            self.gate.observe(window.duration, len(tokens), counts.accepted_tokens, drafted)
         self.history.end_window()
         return tokens, counts
 
@@ -188,9 +195,12 @@ class SpeculativeDecoder:
     def _drafter_wants(self, count: int) -> bool:
         return self.drafter is not None and self.drafter.wants(self.base + count)
 
+    def _stored(self, window: Window) -> bool:
+        return self.stored is not None and self.stored.covers(window)
+
     def _submit(self, window: Window) -> None:
         index, d = self.base + window.index, self.drafter
-        if d is None or not d.wants(index):
+        if d is None or not d.wants(index) or self._stored(window):
             return
         if self.gate is None or self.gate.pays(window.duration, d.warm_costs):
             d.submit(replace(window, index=index))  # else the target decodes it alone

@@ -7,6 +7,7 @@ it skips or abandons windows the target is already done with.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import multiprocessing as mp
 import os
@@ -97,7 +98,9 @@ class _TorchDrafter:
         from as2d.models.whisper import WhisperTarget
 
         torch.set_num_threads(spec.threads)
-        torch.set_num_interop_threads(1)
+        # In-process drafting (`drafts.py`) where torch already ran cannot change it.
+        with contextlib.suppress(RuntimeError):
+            torch.set_num_interop_threads(1)
         # A drafter need not be exact: bfloat16 encoder, int8 decoder (see WhisperTarget).
         self.model = WhisperTarget.load(spec.name, approximate=True)
         self.tokenizer = self.model.tokenizer
@@ -278,14 +281,19 @@ def _next_window(link: ChildLink) -> tuple[int, np.ndarray] | None:
     return None
 
 
+def make_drafter(spec: DrafterSpec) -> _ChildDrafter:
+    """The drafter model of `spec` (its CTranslate2 name already a directory)."""
+    ct2 = spec.ct2_model
+    return _CT2Drafter(spec, ct2) if ct2 else _TorchDrafter(spec)
+
+
 def child_main(spec: DrafterSpec, link: ChildLink) -> None:
     """Entry point of the drafter process: load the model, then draft windows in order."""
     _ignore_interrupts()
     _die_with_parent()
     out = Outbox(link.results.fileno())
     try:
-        ct2 = spec.ct2_model
-        drafter: _ChildDrafter = _CT2Drafter(spec, ct2) if ct2 else _TorchDrafter(spec)
+        drafter = make_drafter(spec)
         out.send("ready", time.perf_counter(), *drafter.warm_up())
         while (item := _next_window(link)) is not None:
             index, audio = item

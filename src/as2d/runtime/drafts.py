@@ -1,0 +1,162 @@
+"""Drafts made before the request: a drafter's text for each speech window of a recording,
+kept on disk so that decoding later needs no drafter at all.
+
+A recording often exists before anyone asks about it (a server receives it first, or
+`as2d draft` runs overnight). Its drafts are made then, on whatever cores are free, and
+stored under `$AS2D_CACHE/drafts` keyed by the audio's content hash, the drafter, the task
+and the language. When every window's draft is stored, as2d decodes with the target alone on
+every core (encoder included) and the stored text as its candidates; the output is the
+target's either way. Files are written atomically and the store is bounded: the least
+recently used drafts go first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from as2d.options import Options, drafter_spec
+from as2d.runtime.spec import CT2_PREFIX, DrafterSpec
+from as2d.types import Window
+from as2d.writers import write_atomic
+
+MAX_STORE_BYTES = 256 << 20  # about a million windows of text
+_BOUNDS_S = 1e-3  # a stored window matches a window cut now within this
+
+
+@dataclass(frozen=True)
+class StoredDraft:
+    """One window's draft: where the window lies in the recording, and the drafter's text."""
+
+    start: float
+    end: float
+    text: str
+
+
+class Drafts:
+    """A recording's stored drafts, read as a `DrafterProcess`'s text is (`DraftTokens`)."""
+
+    def __init__(self, windows: Sequence[StoredDraft]) -> None:
+        self.windows = list(windows)
+
+    def covers(self, window: Window) -> bool:
+        """Whether the draft of `window` (its index in the recording) is stored."""
+        if window.index >= len(self.windows):
+            return False
+        stored = self.windows[window.index]
+        return (
+            abs(stored.start - window.start) < _BOUNDS_S
+            and abs(stored.end - window.end) < _BOUNDS_S
+        )
+
+    def poll(self) -> None:
+        """Nothing arrives: every draft is complete."""
+
+    def text(self, index: int) -> str:
+        return self.windows[index].text
+
+
+class DraftStore:
+    """Drafts on disk, one JSON file per (audio, drafter, task, language)."""
+
+    def __init__(self, root: Path, max_bytes: int = MAX_STORE_BYTES) -> None:
+        self.root = root
+        self.max_bytes = max_bytes
+
+    @staticmethod
+    def key(audio: Path, spec: DrafterSpec) -> str:
+        """The audio's content hash, with what made the drafts."""
+        digest = hashlib.sha256()
+        with audio.open("rb") as f:
+            while chunk := f.read(1 << 20):
+                digest.update(chunk)
+        maker = f"{spec.name}|{spec.task}|{spec.language}"
+        return digest.hexdigest()[:32] + "-" + hashlib.sha256(maker.encode()).hexdigest()[:12]
+
+    def load(self, key: str) -> Drafts | None:
+        path = self._path(key)
+        try:
+            windows = json.loads(path.read_text())["windows"]
+            os.utime(path)  # recently used: evicted last
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        return Drafts([StoredDraft(**w) for w in windows])
+
+    def save(self, key: str, windows: Iterable[StoredDraft]) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        write_atomic(self._path(key), json.dumps({"windows": [asdict(w) for w in windows]}))
+        self._evict()
+
+    def _path(self, key: str) -> Path:
+        return self.root / f"{key}.json"
+
+    def _evict(self) -> None:
+        """Removes the least recently used files until the store fits in `max_bytes`."""
+        files = []
+        for path in self.root.glob("*.json"):
+            try:
+                stat = path.stat()
+            except OSError:  # removed meanwhile (another process)
+                continue
+            files.append((stat.st_mtime, stat.st_size, path))
+        total = sum(size for _, size, _ in files)
+        for _, size, path in sorted(files):
+            if total <= self.max_bytes:
+                break
+            path.unlink(missing_ok=True)
+            total -= size
+
+
+def draft_store(root: Path | None = None) -> DraftStore:
+    """The store under `root`, else `$AS2D_CACHE/drafts`."""
+    from as2d.models.bundled import cache_root
+
+    return DraftStore(root or cache_root() / "drafts")
+
+
+def stored_drafts(options: Options, audio: object) -> Drafts | None:
+    """The drafts stored for `audio` (a path) by the drafter of `options` (as2d, with
+    `options.drafts` "auto"), else None."""
+    spec = drafter_spec(options)
+    if spec is None or options.drafts == "off" or not isinstance(audio, (str, Path)):
+        return None
+    store = draft_store(Path(options.drafts_dir) if options.drafts_dir else None)
+    if not store.root.is_dir() or not Path(audio).is_file():
+        return None
+    return store.load(store.key(Path(audio), spec))
+
+
+def load_drafter(spec: DrafterSpec) -> Any:
+    """`spec`'s drafter model in this process, on `spec.threads` threads (`make_drafts`)."""
+    from as2d.models.bundled import ct2_dir
+    from as2d.runtime.worker import make_drafter
+
+    ct2 = spec.ct2_model
+    if ct2 is not None and not Path(ct2).is_dir():
+        spec = replace(spec, name=CT2_PREFIX + str(ct2_dir(ct2)))
+    return make_drafter(spec)
+
+
+def make_drafts(
+    audio: Path,
+    drafter: Any,
+    stop: Callable[[], bool] = lambda: False,
+    progress: Callable[[float], object] = lambda end: None,
+) -> list[StoredDraft] | None:
+    """Drafts every speech window of `audio` with `drafter` (`load_drafter`). `stop()` is
+    asked between windows (None: stopped); `progress(end)` hears where each window ends."""
+    from as2d.audio.windows import iter_windows
+
+    drafts = []
+    for window in iter_windows(audio):
+        if stop():
+            return None
+        texts = [text for _, text in drafter.texts(drafter.encode(window.audio))]
+        drafts.append(StoredDraft(window.start, window.end, texts[-1] if texts else ""))
+        progress(window.end)
+    return drafts

@@ -1,0 +1,85 @@
+"""Drafts made before the request (`runtime/drafts.py`, `as2d draft`): stored on disk, bounded,
+and used by as2d in place of a drafter process, with the target's output unchanged."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+from as2d.cli import main
+from as2d.options import Options
+from as2d.runtime.drafts import DraftStore, StoredDraft, stored_drafts
+from as2d.runtime.spec import DrafterSpec
+from as2d.types import Window
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+CLIP = DATA / "asterisk" / "en" / "demo-nogo.wav"
+
+
+def test_drafts_are_keyed_by_content_drafter_task_and_language(tmp_path):
+    copy = tmp_path / "copy.wav"
+    shutil.copy(CLIP, copy)
+    other = tmp_path / "other.wav"
+    other.write_bytes(CLIP.read_bytes()[:-2] + b"\1\1")
+    spec = DrafterSpec("whisper-tiny.en")
+    keys = {
+        DraftStore.key(CLIP, spec),
+        DraftStore.key(other, spec),
+        DraftStore.key(CLIP, DrafterSpec("ct2:whisper-tiny.en")),
+        DraftStore.key(CLIP, DrafterSpec("whisper-base", task="translate")),
+        DraftStore.key(CLIP, DrafterSpec("whisper-base", language="fr")),
+    }
+    assert len(keys) == 5
+    assert DraftStore.key(copy, spec) == DraftStore.key(CLIP, spec)  # content, not name
+
+
+def test_the_store_keeps_the_most_recently_used_drafts_within_its_size(tmp_path):
+    store = DraftStore(tmp_path / "drafts", max_bytes=3000)
+    text = "word " * 100  # about 600 bytes a file
+    for i in range(4):
+        store.save(f"k{i}", [StoredDraft(0.0, 30.0, text)])
+        os.utime(store.root / f"k{i}.json", (1000 + i, 1000 + i))
+    assert store.load("k0") is not None  # used now: the most recent
+    for i in range(4, 8):
+        store.save(f"k{i}", [StoredDraft(0.0, 30.0, text)])
+        os.utime(store.root / f"k{i}.json", (2000 + i, 2000 + i))
+    kept = sorted(p.stem for p in store.root.glob("*"))
+    assert sum(p.stat().st_size for p in store.root.glob("*")) <= 3000
+    assert "k1" not in kept and "k7" in kept  # the oldest went first
+    assert all(p.suffix == ".json" for p in store.root.iterdir())  # no temporary file left
+    drafts = store.load("k7")
+    assert drafts is not None and drafts.text(0) == text
+    assert drafts.covers(Window(0, 0.0, 30.0, None))  # type: ignore[arg-type]
+    assert not drafts.covers(Window(0, 0.5, 30.0, None))  # type: ignore[arg-type]
+    assert not drafts.covers(Window(1, 30.0, 40.0, None))  # type: ignore[arg-type]
+
+
+def _transcribe(out: Path, *args: str) -> dict:
+    assert main(["transcribe", str(CLIP), "--format", "json", "-o", str(out), *args]) == 0
+    return json.loads((out / f"{CLIP.stem}.json").read_text())
+
+
+def test_stored_drafts_stand_in_for_the_drafter_process(tmp_path):
+    store = tmp_path / "drafts"
+    assert main(["draft", str(CLIP), "--store", str(store)]) == 0
+    options = Options(drafts_dir=str(store))
+    assert stored_drafts(options, CLIP) is not None
+    assert stored_drafts(Options(drafts_dir=str(store), drafts="off"), CLIP) is None
+    expected = _transcribe(tmp_path / "target", "--method", "target")
+    got = _transcribe(tmp_path / "as2d", "--store", str(store))
+    assert [w["token_ids"] for w in got["windows"]] == [w["token_ids"] for w in expected["windows"]]
+    assert got["stats"]["drafter"] is None  # no drafter process was started
+    assert sum(w["accepted_tokens"] for w in got["windows"]) > 0
+
+
+def test_wrong_stored_drafts_change_nothing(tmp_path):
+    store = DraftStore(tmp_path / "drafts")
+    spec = DrafterSpec("whisper-tiny.en")  # as2d's default drafter, language and task
+    windows = _transcribe(tmp_path / "target", "--method", "target")["windows"]
+    wrong = [StoredDraft(w["start"], w["end"], " zebra quantum " * 20) for w in windows]
+    store.save(DraftStore.key(CLIP, spec), wrong)
+    got = _transcribe(tmp_path / "as2d", "--store", str(store.root))
+    assert [w["token_ids"] for w in got["windows"]] == [w["token_ids"] for w in windows]
+    assert got["stats"]["drafter"] is None
