@@ -29,9 +29,10 @@ LONG = DATA / "long_en.flac"
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[tuple[str, subprocess.Popen[str]]]:
+def server(tmp_path_factory) -> Iterator[tuple[str, subprocess.Popen[str]]]:
     """A server with a small queue (1) and upload limit (3 MB), stopped with SIGTERM."""
-    args = ["--queue", "1", "--max-upload-mb", "3", "--language", "en"]
+    store = tmp_path_factory.mktemp("drafts")
+    args = ["--queue", "1", "--max-upload-mb", "3", "--language", "en", "--store", str(store)]
     with started_server(args) as running:
         yield running.url, running.process
 
@@ -287,6 +288,37 @@ def test_load_of_four_clients_answers_every_request_alike(tmp_path):
     assert report.p95 >= report.p50 > 0
     time.sleep(0.5)
     assert not [pid for pid in children if alive(pid)]
+
+
+def test_a_recording_sent_ahead_is_drafted_while_idle_and_answered_alike(server, cli_json):
+    url, _ = server
+    status, _, body = _post(url + "/v1/recordings", {}, LONG.read_bytes(), "long.flac")
+    assert status == 200, body
+    recording = json.loads(body)
+    assert recording["status"] in ("queued", "drafting", "ready")
+    deadline = time.monotonic() + 120
+    while recording["status"] != "ready" and time.monotonic() < deadline:
+        assert recording["status"] in ("queued", "drafting"), recording
+        time.sleep(0.5)
+        recording = json.loads(
+            urllib.request.urlopen(f"{url}/v1/recordings/{recording['id']}").read()
+        )
+    assert recording["status"] == "ready" and recording["drafted_s"] == recording["duration_s"]
+    fields = {
+        "model": "whisper-1",
+        "response_format": "verbose_json",
+        "recording_id": recording["id"],
+    }
+    status, _, body = _post(url + "/v1/audio/transcriptions", fields, None)
+    assert status == 200, body
+    windows = json.loads(body)["as2d"]["windows"]
+    assert [w["token_ids"] for w in windows] == [
+        w["token_ids"] for w in cli_json[LONG.name]["windows"]
+    ]
+    assert sum(w["accepted_tokens"] for w in windows) > 0
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(url + "/v1/recordings/rec_unknown")
+    assert err.value.code == 404
 
 
 def test_sigterm_stops_the_server_cleanly(server):

@@ -40,7 +40,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from as2d.options import Options
+from as2d.options import Options, drafter_spec
+from as2d.runtime.drafts import draft_store
+from as2d.server.recordings import Recording, Recordings
 from as2d.types import RunStats, WindowResult
 from as2d.writers import FileResult, to_srt, to_vtt
 
@@ -74,8 +76,14 @@ class Job:
     language: str | None
     loop: asyncio.AbstractEventLoop
     request: str | None = None  # task "ask": what the user asks about the recording
+    keep: bool = False  # a stored recording's file, not an upload of this request
     events: asyncio.Queue[tuple[str, Any]] = field(default_factory=asyncio.Queue)
     cancelled: threading.Event = field(default_factory=threading.Event)
+
+    def discard(self) -> None:
+        """Removes the request's upload (never a stored recording)."""
+        if not self.keep:
+            self.path.unlink(missing_ok=True)
 
     def send(self, kind: str, value: Any = None) -> None:
         """From the decoding thread: ("window", WindowResult), ("done", RunStats), ("error",
@@ -109,9 +117,12 @@ class Metrics:
 class Engine:
     """The decoding thread: owns the Transcriber and runs queued jobs in arrival order."""
 
-    def __init__(self, options: Options, queue_size: int, metrics: Metrics) -> None:
+    def __init__(
+        self, options: Options, queue_size: int, metrics: Metrics, recordings: Recordings
+    ) -> None:
         self.options = options
         self.metrics = metrics
+        self.recordings = recordings
         self.jobs: queue.Queue[Job | None] = queue.Queue(maxsize=queue_size)
         self.ready = threading.Event()
         self.failure: BaseException | None = None  # why the Transcriber could not load
@@ -151,7 +162,7 @@ class Engine:
         self._watch(transcriber)
         self.ready.set()
         try:
-            while (job := self.jobs.get()) is not None:
+            while (job := self._next_job()) is not None:
                 self.metrics.queue.set(self.jobs.qsize())
                 if not job.cancelled.is_set():
                     self._decode(transcriber, job)
@@ -162,6 +173,16 @@ class Engine:
                 self._watch(transcriber)
         finally:
             transcriber.close()
+
+    def _next_job(self) -> Job | None:
+        """The next request; meanwhile stored recordings are drafted (`Recordings`)."""
+        while True:
+            if self.recordings.spec is not None and self.recordings.pending() is not None:
+                self.recordings.draft_some(busy=lambda: not self.jobs.empty())
+            try:
+                return self.jobs.get(timeout=0.2)  # a recording may be added meanwhile
+            except queue.Empty:
+                continue
 
     def _watch(self, transcriber: Any) -> None:
         drafter = transcriber.drafter
@@ -209,6 +230,8 @@ class AudioApi:
             Route("/v1/audio/transcriptions", self.transcriptions, methods=["POST"]),
             Route("/v1/audio/translations", self.translations, methods=["POST"]),
             Route("/v1/chat/completions", self.chat, methods=["POST"]),
+            Route("/v1/recordings", self.add_recording, methods=["POST"]),
+            Route("/v1/recordings/{rid}", self.show_recording, methods=["GET"]),
             Route("/v1/models", self.list_models, methods=["GET"]),
             Route("/health", self.health, methods=["GET"]),
             Route("/metrics", self.prometheus, methods=["GET"]),
@@ -222,6 +245,44 @@ class AudioApi:
 
     async def chat(self, request: Request) -> Response:
         return await self._answer("chat", self._chat(request))
+
+    async def add_recording(self, request: Request) -> Response:
+        return await self._answer("recordings", self._add_recording(request))
+
+    async def show_recording(self, request: Request) -> Response:
+        try:
+            recording = self._recording(request.path_params["rid"])
+        except ApiError as err:
+            return err.response()
+        return JSONResponse(recording.public())
+
+    async def _add_recording(self, request: Request) -> Response:
+        """Stores an upload and answers at once; the server drafts it while idle."""
+        from as2d.audio.load import AudioError, audio_duration
+
+        self._check_length(request)
+        form = await self._form(request)
+        try:
+            upload = form.get("file")
+            if not isinstance(upload, UploadFile):
+                raise ApiError(400, "the form has no file", "file")
+            name, path = upload.filename or "audio", await self._save(upload)
+        finally:
+            await form.close()
+        try:
+            duration = audio_duration(str(path))
+            recording = self.engine.recordings.add(path.read_bytes(), path.suffix, duration)
+        except AudioError as err:
+            raise ApiError(400, str(err).replace(str(path), name), "file") from None
+        finally:
+            path.unlink(missing_ok=True)
+        return JSONResponse(recording.public())
+
+    def _recording(self, rid: str) -> Recording:
+        recording = self.engine.recordings.get(rid)
+        if recording is None:
+            raise ApiError(404, f"no recording {rid!r} on this server", "recording_id")
+        return recording
 
     async def list_models(self, request: Request) -> Response:
         data = [{"id": m, "object": "model", "owned_by": "as2d"} for m in self.models]
@@ -296,25 +357,36 @@ class AudioApi:
             }
         )
 
-    async def _audio(self, request: Request, task: str) -> Response:
+    def _check_length(self, request: Request) -> None:
         length = request.headers.get("content-length", "0")
         if not length.isdigit() or int(length) > self.limits.max_upload_bytes:
             raise self._too_large()
+
+    async def _form(self, request: Request) -> Any:
         try:
-            form = await request.form(max_files=1, max_fields=16)
+            return await request.form(max_files=1, max_fields=16)
         except Exception as err:  # starlette: malformed multipart, too many parts
             raise ApiError(400, f"could not read the form: {err}") from None
+
+    async def _audio(self, request: Request, task: str) -> Response:
+        self._check_length(request)
+        form = await self._form(request)
         try:
             fields = {k: v for k, v in form.items() if isinstance(v, str)}
             fmt, stream = self._check_fields(fields)
             upload = form.get("file")
-            if not isinstance(upload, UploadFile):
-                raise ApiError(400, "the form has no file", "file")
-            name, path = upload.filename or "audio", await self._save(upload)
+            if isinstance(upload, UploadFile):
+                name, path, keep = upload.filename or "audio", await self._save(upload), False
+            elif fields.get("recording_id"):
+                recording = self._recording(fields["recording_id"])
+                name, path, keep = recording.id, recording.path, True
+            else:
+                raise ApiError(400, "the form has no file (or recording_id)", "file")
         finally:
             await form.close()
         loop = asyncio.get_running_loop()
-        job = Job(path, name, task, fields.get("language") or None, loop)
+        language = fields.get("language") or None
+        job = Job(path, name, task, language, loop, keep=keep)
         if stream:
             self._submit(job)
             return StreamingResponse(self._stream(job), media_type="text/event-stream")
@@ -376,7 +448,7 @@ class AudioApi:
         try:
             self.engine.submit(job)
         except ApiError:
-            job.path.unlink()
+            job.discard()
             raise
 
     async def _run(self, job: Job, request: Request) -> tuple[list[WindowResult], RunStats]:
@@ -385,7 +457,7 @@ class AudioApi:
         try:
             return await self._collect(job, request)
         finally:
-            job.path.unlink(missing_ok=True)
+            job.discard()
 
     def _write(self, data: bytes, suffix: str) -> Path:
         if not data:
@@ -431,7 +503,7 @@ class AudioApi:
                     return
         finally:
             job.cancelled.set()  # a no-op once done; a disconnect stops the decoding
-            job.path.unlink(missing_ok=True)
+            job.discard()
 
     def _who(self) -> tuple[str, str, str | None]:
         o = self.engine.options
@@ -499,7 +571,9 @@ def _event(obj: dict[str, Any]) -> str:
 def create_app(options: Options, max_upload_mb: float = 200, queue_size: int = 16) -> Starlette:
     """The ASGI app; its models load when it starts (lifespan) and close when it stops."""
     metrics = Metrics()
-    engine = Engine(options, queue_size, metrics)
+    store = draft_store(Path(options.drafts_dir) if options.drafts_dir else None)
+    spec = drafter_spec(options) if options.drafts == "auto" else None
+    engine = Engine(options, queue_size, metrics, Recordings(store, spec))
     upload_dir = Path(tempfile.mkdtemp(prefix="as2d-uploads-"))
     api = AudioApi(engine, Limits(int(max_upload_mb * 2**20), queue_size), upload_dir)
 

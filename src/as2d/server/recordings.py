@@ -1,0 +1,127 @@
+"""Recordings uploaded before the question: kept on disk and drafted while the server is idle.
+
+`POST /v1/recordings` stores an upload under the draft store (`recordings/<id><suffix>`, the
+id its content hash) and answers at once; the decoding thread drafts it window by window
+whenever no request waits, with the drafter model in its own process on every core, and
+keeps its drafts in the draft store. A request that names the recording later finds them
+there (`Transcriber.transcribe` looks them up), so the target decodes alone on every core with
+every draft ready. Drafting stops between windows as soon as a request arrives and resumes
+where it stopped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from as2d.runtime.drafts import DraftStore, StoredDraft, load_drafter
+from as2d.runtime.spec import DrafterSpec
+
+
+@dataclass
+class Recording:
+    id: str
+    path: Path
+    duration_s: float
+    status: str = "queued"  # queued, drafting, ready, failed
+    drafted_s: float = 0.0  # audio drafted so far
+    error: str | None = None
+    drafts: list[StoredDraft] = field(default_factory=list)  # the windows drafted so far
+
+    def public(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "object": "recording",
+            "status": self.status,
+            "duration_s": round(self.duration_s, 3),
+            "drafted_s": round(self.drafted_s, 3),
+            "error": self.error,
+        }
+
+
+class Recordings:
+    """The server's recordings and their drafting (`draft_some` runs in the decoding thread)."""
+
+    def __init__(self, store: DraftStore, spec: DrafterSpec | None) -> None:
+        self.store = store
+        self.spec = spec  # None: the method drafts nothing (target-only, pld, sd)
+        if spec is not None:  # drafting in this process, while the target waits
+            self.spec = replace(spec, threads=os.cpu_count() or 1)
+        self.root = store.root / "recordings"
+        self._lock = threading.Lock()
+        self._items: dict[str, Recording] = {}
+        self._drafter: Any = None
+
+    def add(self, data: bytes, suffix: str, duration_s: float) -> Recording:
+        """Stores `data` (already checked to be audio) and queues its drafting."""
+        rid = "rec_" + hashlib.sha256(data).hexdigest()[:32]
+        with self._lock:
+            known = self._items.get(rid)
+            if known is not None:
+                return known
+            self.root.mkdir(parents=True, exist_ok=True)
+            path = self.root / f"{rid}{suffix}"
+            if not path.exists():
+                path.write_bytes(data)
+            recording = Recording(rid, path, duration_s)
+            if self.spec is None or self.store.load(self.store.key(path, self.spec)) is not None:
+                recording.status, recording.drafted_s = "ready", duration_s
+            self._items[rid] = recording
+            return recording
+
+    def get(self, rid: str) -> Recording | None:
+        with self._lock:
+            return self._items.get(rid)
+
+    def pending(self) -> Recording | None:
+        with self._lock:
+            return next(
+                (r for r in self._items.values() if r.status in ("queued", "drafting")), None
+            )
+
+    def draft_some(self, busy: Callable[[], bool]) -> None:
+        """Drafts pending recordings until `busy()` (a request waits) or none is left."""
+        from as2d.audio.windows import iter_windows
+
+        assert self.spec is not None
+        while (recording := self.pending()) is not None and not busy():
+            recording.status = "drafting"
+            try:
+                with _threads(os.cpu_count() or 1):  # the target waits meanwhile
+                    self._drafter = self._drafter or load_drafter(self.spec)
+                    for window in iter_windows(recording.path):
+                        if window.index < len(recording.drafts):
+                            continue  # drafted before an earlier stop
+                        if busy():
+                            return
+                        encoded = self._drafter.encode(window.audio)
+                        texts = [text for _, text in self._drafter.texts(encoded)]
+                        recording.drafts.append(
+                            StoredDraft(window.start, window.end, texts[-1] if texts else "")
+                        )
+                        recording.drafted_s = window.end
+                key = self.store.key(recording.path, self.spec)
+                self.store.save(key, recording.drafts)
+                recording.status, recording.drafted_s = "ready", recording.duration_s
+            except Exception as err:  # this recording fails, the server goes on
+                recording.status, recording.error = "failed", f"{type(err).__name__}: {err}"
+
+
+@contextmanager
+def _threads(n: int) -> Iterator[None]:
+    """torch on `n` threads in the block (an in-process drafter on every core), then back to
+    the target's count."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
