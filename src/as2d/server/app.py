@@ -167,12 +167,22 @@ class Engine:
                 if not job.cancelled.is_set():
                     self._decode(transcriber, job)
                 if transcriber.drafter is not None and transcriber.drafter.lost:
-                    # A new drafter process for the next request; the target stays loaded.
-                    transcriber.close()
-                    transcriber = Transcriber(self.options, shared_target=transcriber.target)
+                    transcriber = self._replace_drafter(transcriber)
                 self._watch(transcriber)
         finally:
             transcriber.close()
+
+    def _replace_drafter(self, transcriber: Any) -> Any:
+        """A new drafter process for the next request; the target stays loaded. Where none
+        starts, the server goes on without one (as2d's target alone on every core)."""
+        from as2d.api import Transcriber
+
+        target = transcriber.target
+        transcriber.close()  # first: it sets the thread count back to what it found
+        try:
+            return Transcriber(self.options, shared_target=target)
+        except Exception:
+            return Transcriber(self.options, shared_target=target, spawn_drafter=False)
 
     def _next_job(self) -> Job | None:
         """The next request; meanwhile stored recordings are drafted (`Recordings`)."""
@@ -209,18 +219,12 @@ class Engine:
             job.send("error", ApiError(500, f"decoding failed: {type(err).__name__}: {err}"))
 
 
-@dataclass(frozen=True)
-class Limits:
-    max_upload_bytes: int
-    queue_size: int
-
-
 class AudioApi:
     """The HTTP side: parses requests into jobs and renders their results."""
 
-    def __init__(self, engine: Engine, limits: Limits, upload_dir: Path) -> None:
+    def __init__(self, engine: Engine, max_upload_bytes: int, upload_dir: Path) -> None:
         self.engine = engine
-        self.limits = limits
+        self.max_upload_bytes = max_upload_bytes
         self.upload_dir = upload_dir
         self.metrics = engine.metrics
         self.models = [engine.options.target, *MODEL_ALIASES]
@@ -317,7 +321,7 @@ class AudioApi:
                 "model",
             )
         length = request.headers.get("content-length", "0")
-        if not length.isdigit() or int(length) > 2 * self.limits.max_upload_bytes:  # base64
+        if not length.isdigit() or int(length) > 2 * self.max_upload_bytes:  # base64
             raise self._too_large()
         try:
             body = await request.json()
@@ -329,7 +333,7 @@ class AudioApi:
             raise ApiError(400, "stream is not supported for chat completions", "stream")
         self._check_fields({**fields, "model": str(body.get("model"))})
         text, audio, fmt = _chat_parts(messages)
-        if len(audio) > self.limits.max_upload_bytes:
+        if len(audio) > self.max_upload_bytes:
             raise self._too_large()
         path = self._write(audio, f".{fmt}")
         job = Job(path, "audio", "ask", None, asyncio.get_running_loop(), text)
@@ -359,7 +363,7 @@ class AudioApi:
 
     def _check_length(self, request: Request) -> None:
         length = request.headers.get("content-length", "0")
-        if not length.isdigit() or int(length) > self.limits.max_upload_bytes:
+        if not length.isdigit() or int(length) > self.max_upload_bytes:
             raise self._too_large()
 
     async def _form(self, request: Request) -> Any:
@@ -430,7 +434,7 @@ class AudioApi:
             path, size = Path(out.name), 0
             while chunk := await upload.read(_CHUNK):
                 size += len(chunk)
-                if size > self.limits.max_upload_bytes:
+                if size > self.max_upload_bytes:
                     out.close()
                     path.unlink()
                     raise self._too_large()
@@ -441,7 +445,7 @@ class AudioApi:
         return path
 
     def _too_large(self) -> ApiError:
-        mb = self.limits.max_upload_bytes / 2**20
+        mb = self.max_upload_bytes / 2**20
         return ApiError(413, f"the upload is larger than {mb:g} MB (--max-upload-mb)", "file")
 
     def _submit(self, job: Job) -> None:
@@ -575,7 +579,7 @@ def create_app(options: Options, max_upload_mb: float = 200, queue_size: int = 1
     spec = drafter_spec(options) if options.drafts == "auto" else None
     engine = Engine(options, queue_size, metrics, Recordings(store, spec))
     upload_dir = Path(tempfile.mkdtemp(prefix="as2d-uploads-"))
-    api = AudioApi(engine, Limits(int(max_upload_mb * 2**20), queue_size), upload_dir)
+    api = AudioApi(engine, int(max_upload_mb * 2**20), upload_dir)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
