@@ -146,17 +146,19 @@ def make_drafts(
     audio: Path,
     drafter: Any,
     stop: Callable[[], bool] = lambda: False,
-    progress: Callable[[float], object] = lambda end: None,
+    done: list[StoredDraft] | None = None,
 ) -> list[StoredDraft] | None:
-    """Drafts every speech window of `audio` with `drafter` (`load_drafter`). `stop()` is
-    asked between windows (None: stopped); `progress(end)` hears where each window ends."""
+    """Drafts every speech window of `audio` with `drafter` (`load_drafter`) after those in
+    `done` (appended to as windows finish). `stop()` is asked before each window: None once it
+    answers True, the windows drafted so far kept in `done` to resume from."""
     from as2d.audio.windows import iter_windows
 
-    drafts = []
+    drafts = [] if done is None else done
     for window in iter_windows(audio):
+        if window.index < len(drafts):
+            continue  # drafted before a stop
         if stop():
             return None
         texts = [text for _, text in drafter.texts(drafter.encode(window.audio))]
         drafts.append(StoredDraft(window.start, window.end, texts[-1] if texts else ""))
-        progress(window.end)
     return drafts

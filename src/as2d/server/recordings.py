@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from as2d.runtime.drafts import DraftStore, StoredDraft, load_drafter
+from as2d.runtime.drafts import DraftStore, StoredDraft, load_drafter, make_drafts
 from as2d.runtime.spec import DrafterSpec
 
 
@@ -30,11 +30,18 @@ class Recording:
     path: Path
     duration_s: float
     status: str = "queued"  # queued, drafting, ready, failed
-    drafted_s: float = 0.0  # audio drafted so far
     error: str | None = None
     drafts: list[StoredDraft] = field(default_factory=list)  # the windows drafted so far
 
+    @property
+    def drafted_s(self) -> float:
+        """Audio drafted so far."""
+        if self.status == "ready":
+            return self.duration_s
+        return self.drafts[-1].end if self.drafts else 0.0
+
     def public(self) -> dict[str, Any]:
+        """What `GET /v1/recordings/{id}` shows."""
         return {
             "id": self.id,
             "object": "recording",
@@ -71,7 +78,7 @@ class Recordings:
                 path.write_bytes(data)
             recording = Recording(rid, path, duration_s)
             if self.spec is None or self.store.load(self.store.key(path, self.spec)) is not None:
-                recording.status, recording.drafted_s = "ready", duration_s
+                recording.status = "ready"
             self._items[rid] = recording
             return recording
 
@@ -87,28 +94,17 @@ class Recordings:
 
     def draft_some(self, busy: Callable[[], bool]) -> None:
         """Drafts pending recordings until `busy()` (a request waits) or none is left."""
-        from as2d.audio.windows import iter_windows
-
         assert self.spec is not None
         while (recording := self.pending()) is not None and not busy():
             recording.status = "drafting"
             try:
                 with _threads(os.cpu_count() or 1):  # the target waits meanwhile
                     self._drafter = self._drafter or load_drafter(self.spec)
-                    for window in iter_windows(recording.path):
-                        if window.index < len(recording.drafts):
-                            continue  # drafted before an earlier stop
-                        if busy():
-                            return
-                        encoded = self._drafter.encode(window.audio)
-                        texts = [text for _, text in self._drafter.texts(encoded)]
-                        recording.drafts.append(
-                            StoredDraft(window.start, window.end, texts[-1] if texts else "")
-                        )
-                        recording.drafted_s = window.end
-                key = self.store.key(recording.path, self.spec)
-                self.store.save(key, recording.drafts)
-                recording.status, recording.drafted_s = "ready", recording.duration_s
+                    drafts = make_drafts(recording.path, self._drafter, busy, recording.drafts)
+                if drafts is None:
+                    return  # a request waits; the drafts so far are kept in the recording
+                self.store.save(self.store.key(recording.path, self.spec), drafts)
+                recording.status = "ready"
             except Exception as err:  # this recording fails, the server goes on
                 recording.status, recording.error = "failed", f"{type(err).__name__}: {err}"
 
