@@ -490,7 +490,12 @@ def dataset_configs(args: argparse.Namespace) -> tuple[list[Recording], list[Con
     languages = {r.language for r in recordings}
     language = args.language or (languages.pop() if len(languages) == 1 else None)
     base = Options(
-        target=args.target, language=language, task=args.task, device=args.device, dtype=args.dtype
+        target=args.target,
+        language=language,
+        task=args.task,
+        device=args.device,
+        dtype=args.dtype,
+        drafts="off",  # a benchmark's drafter drafts: stored drafts would skew its numbers
     )
     return recordings, catalog(methods, drafters, budgets, len(os.sched_getaffinity(0))), base
 
