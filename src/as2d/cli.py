@@ -136,6 +136,12 @@ def add_bench_parser(commands: argparse._SubParsersAction) -> None:
     bench.add_argument("--task", default="transcribe", choices=("transcribe", "translate"))
     bench.add_argument("--quiet-wait", type=float, default=0.0, help="max s to wait for others")
     bench.add_argument("--external", action="store_true", help="also time CTranslate2 greedy")
+    bench.add_argument(
+        "--drafts",
+        default="live",
+        choices=("live", "ready", "both"),
+        help="as2d with its drafter process (live), with every draft made ahead (ready), both",
+    )
     bench.add_argument("--cache", type=Path, default=None, help="asterisk:LANG downloads")
     bench.add_argument("--no-progress", action="store_true")
 
@@ -436,7 +442,11 @@ def bench_dataset(args: argparse.Namespace) -> int:
 
     if args.repeats < 1:
         raise UsageError("--repeats must be at least 1")
+    from as2d.eval.catalog import with_drafts_ready
+
     recordings, configs, base = dataset_configs(args)
+    configs = with_drafts_ready(configs, args.drafts)
+    base = replace(base, drafts_dir=str(args.out / "drafts"))  # drafts-ready configurations'
     prepare_output_dir(args.out, skip_existing=False)
     quiet_transformers()
     settings = BenchSettings(base, args.repeats, args.quiet_wait, not args.no_progress)

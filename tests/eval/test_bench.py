@@ -95,6 +95,27 @@ def test_bench_command_with_the_real_tiny_model(dataset, tmp_path, capsys):
     assert "## External reference (a different runtime)" in (out / "report.md").read_text()
 
 
+def test_bench_with_drafts_made_ahead(dataset, tmp_path, capsys):
+    """`--drafts both`: as2d with its drafter process and with every draft made before the
+    timed runs (no drafter process), both identical to target-only; the drafting cost is
+    reported beside them."""
+    out = tmp_path / "out"
+    args = ["bench", str(dataset), "--methods", "target,as2d", "--drafters", "whisper-tiny.en"]
+    args += ["--budgets", "4", "--limit", "1", "--drafts", "both", "--no-progress"]
+    code = main([*args, "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    summary = json.loads((out / "summary.json").read_text())
+    names = [c["name"] for c in summary["configs"]]
+    assert "as2d whisper-tiny.en k=4" in names and "as2d whisper-tiny.en k=4 drafts ready" in names
+    assert all(c["identical"] for c in summary["configs"])
+    ready = next(c for c in summary["configs"] if c["name"].endswith("drafts ready"))
+    assert ready["mean_accepted"] > 0
+    assert summary["drafting_s"]["whisper-tiny.en"] > 0
+    assert "every draft made before the timed runs" in (out / "report.md").read_text()
+    assert list((out / "drafts").glob("*.json"))  # the drafts it used, kept with the results
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -32,6 +32,7 @@ class Config:
     drafter: str | None = None  # DRAFTER_METHODS only
     budget: int | None = None  # None: auto (speculative methods only)
     threads: int | None = None  # the target's threads; None: the library's default split
+    drafts_ready: bool = False  # as2d: every draft made before the run, no drafter process
 
     @property
     def budget_label(self) -> str:
@@ -46,7 +47,8 @@ class Config:
         if self.method == TARGET_ONLY:
             return f"target {self.threads}t"
         drafter = f" {self.drafter}" if self.drafter else ""
-        return f"{self.method}{drafter} k={self.budget_label}"
+        ready = " drafts ready" if self.drafts_ready else ""
+        return f"{self.method}{drafter} k={self.budget_label}{ready}"
 
     def options(self, base: Options) -> Options:
         """`base` (target, language, task) with this configuration's method and settings."""
@@ -56,6 +58,7 @@ class Config:
             drafter=self.drafter or base.drafter,
             budget=self.budget,
             threads=self.threads,
+            drafts="auto" if self.drafts_ready else base.drafts,
         )
 
 
@@ -81,3 +84,17 @@ def catalog(
         else:
             configs += [Config(method, budget=k) for k in budgets]
     return sorted(configs, key=lambda c: c.method != TARGET_ONLY)
+
+
+def with_drafts_ready(configs: Sequence[Config], mode: str) -> list[Config]:
+    """`mode` "live": as they are; "ready": as2d configurations with every draft made ahead
+    instead; "both": each as2d configuration, then its drafts-ready twin."""
+    out: list[Config] = []
+    for config in configs:
+        if config.method != "as2d" or mode == "live":
+            out.append(config)
+            continue
+        if mode == "both":
+            out.append(config)
+        out.append(replace(config, drafts_ready=True))
+    return out

@@ -68,6 +68,7 @@ def render_report(
         "timed decode the drafter processes are left to go idle.",
         "- Time = encode + decode per window; pooled tokens/s = tokens / total time; "
         "`identical`: every window's tokens equal target-only's (same threads).",
+        *_drafting_lines(bench),
         "",
         "```",
         str(content["command"]),
@@ -75,6 +76,17 @@ def render_report(
         "",
     ]
     return "\n".join(lines)
+
+
+def _drafting_lines(bench: BenchRun) -> list[str]:
+    """What drafts-ready configurations paid before the timed runs."""
+    minutes = bench.audio_s / 60
+    return [
+        f"- `drafts ready`: every draft made before the timed runs ({drafter}: {seconds:.1f} s "
+        f"for the {minutes:.1f} min of audio, in-process on every core, model load included); "
+        "no drafter process runs while they decode."
+        for drafter, seconds in bench.drafting_s.items()
+    ]
 
 
 def table(rows: Sequence[ConfigSummary]) -> str:

@@ -163,7 +163,8 @@ def summary(
 ) -> dict[str, object]:
     """summary.json's content: how it was run (`info`) and the figures."""
     base_rate = pooled_tokens_per_s(m.tokens, m.times[m.baseline.name])
-    candidates = [c.name for c in bench.configs if c.method == ORACLE_METHOD]
+    live = [c for c in bench.configs if not c.drafts_ready]  # drafted while decoding
+    candidates = [c.name for c in live if c.method == ORACLE_METHOD]
     oracle: dict[str, object] | None = None
     frac = None
     if candidates:
@@ -174,7 +175,7 @@ def summary(
             "candidates": [m.baseline.name, *candidates],
             "wins": best.wins,
         }
-        autos = [r for r in rows if r.method == ORACLE_METHOD and r.budget == "auto"]
+        autos = [r for r in rows if r.name in candidates and r.budget == "auto"]
         auto = max(autos, key=lambda r: r.pooled_tokens_per_s) if autos else None
         if auto and best.pooled_tokens_per_s > 0:
             frac = auto.pooled_tokens_per_s / best.pooled_tokens_per_s
@@ -190,6 +191,7 @@ def summary(
         **({"subsets": subsets} if subsets else {}),
         "oracle": oracle,
         "as2d_auto_frac_of_oracle": frac,
+        **({"drafting_s": bench.drafting_s} if bench.drafting_s else {}),
     }
 
 
