@@ -92,6 +92,18 @@ def test_transcriptions_equal_the_command_line(client, cli_json):
     assert srt.startswith("1\n00:00:00,000 --> ") and expected["text"] in srt
 
 
+def test_a_prompt_of_earlier_text_conditions_the_target_as_the_api_does(client):
+    prompt = "Asterisk, Digium and the PBX console."
+    with CLIP.open("rb") as f:
+        verbose = client.audio.transcriptions.create(
+            model="whisper-1", file=f, response_format="verbose_json", prompt=prompt
+        )
+    with Transcriber(Options(method="target", language="en")) as transcriber:
+        run = transcriber.transcribe(CLIP, previous=prompt)
+        expected = [w.token_ids for w in run]
+    assert [w["token_ids"] for w in verbose.model_extra["as2d"]["windows"]] == expected
+
+
 def test_streaming_sends_the_text_as_windows_finish(client, cli_json):
     with LONG.open("rb") as f:
         events = list(client.audio.transcriptions.create(model="whisper-1", file=f, stream=True))
@@ -127,6 +139,7 @@ def test_translations_answer_with_the_translate_task(server, tmp_path):
         ({"model": "gpt-4o"}, CLIP.read_bytes(), 400, "unknown model"),
         ({"model": "whisper-1", "response_format": "xml"}, CLIP.read_bytes(), 400, "json"),
         ({"model": "whisper-1", "temperature": "0.7"}, CLIP.read_bytes(), 400, "temperature"),
+        ({"model": "whisper-1", "stream": "maybe"}, CLIP.read_bytes(), 400, "stream"),
         ({"model": "whisper-1"}, None, 400, "no file"),
     ],
 )

@@ -179,23 +179,26 @@ class Transcriber:
         language: str | None = None,
         task: str | None = None,
         request: str | None = None,
+        previous: str | None = None,
     ) -> Transcription:
         """Decode every speech window of `audio` (a path or 16 kHz mono float32 samples).
 
         `language`: this recording's, where `options.language` is None (else detected).
         `task` ("transcribe", "translate", "ask") and `request` (for "ask"): this recording's,
         where they are not the options' (a server answers every kind of request with one
-        target).
+        target). `previous`: text said before the audio, which every window is conditioned
+        on (Whisper targets; `Request.previous`).
         """
         o = self.options
         task = task or o.task
-        asked = Request(
-            task, o.language or language, (request or o.request) if task == "ask" else None
-        )
+        text = (request or o.request) if task == "ask" else None
+        asked = Request(task, o.language or language, text, previous)
         if task == "ask" and not (self.target.follows_requests and asked.text):
             raise ValueError(
                 f"{o.target} cannot answer requests" if asked.text else "ask needs a request"
             )
+        if previous and not isinstance(self.target, WhisperTarget):
+            raise ValueError(f"{o.target} takes no prompt of earlier text (Whisper targets do)")
         run = Transcription(iter([]))
         run.windows = self._decode_windows(audio, run, asked)
         return run

@@ -79,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
 def add_run_options(parser: argparse.ArgumentParser) -> None:
     """Options shared by `transcribe` and `ask`: models, method, decoding, output."""
     add_model_options(parser)
+    parser.add_argument("--prompt", default=None, help="text said before (Whisper targets)")
     parser.add_argument("--format", default="txt", choices=FORMATS)
     parser.add_argument("-o", "--output-dir", type=Path, help="write FILE.<format> here")
     parser.add_argument("--skip-existing", action="store_true", help="skip files already written")
@@ -551,7 +552,7 @@ def transcribe_one(
     from as2d.eval.timeline import timeline_path, write_timeline
 
     try:
-        result = run_with_progress(transcriber, file, args.no_progress)
+        result = run_with_progress(transcriber, file, args.no_progress, args.prompt)
         content = render(result, args.format)
         if out_dir is None:
             sys.stdout.write(content)
@@ -577,13 +578,15 @@ def transcribe_one(
     return True
 
 
-def run_with_progress(transcriber: Transcriber, file: str, quiet: bool) -> FileResult:
+def run_with_progress(
+    transcriber: Transcriber, file: str, quiet: bool, previous: str | None = None
+) -> FileResult:
     from tqdm import tqdm
 
     from as2d.audio.load import audio_duration
 
     total = audio_duration(file)
-    run = transcriber.transcribe(file)
+    run = transcriber.transcribe(file, previous=previous)
     with tqdm(total=round(total, 1), unit="s", desc=Path(file).name, disable=quiet or None) as bar:
         for window in run:
             bar.update(round(window.end - bar.n, 1))

@@ -9,6 +9,7 @@ import torch
 from transformers import WhisperFeatureExtractor
 
 from as2d.engine.decode import decode_target_only
+from as2d.engine.target import Request
 from as2d.models.whisper import WhisperTarget
 from as2d.models.whisper_net import WhisperNet
 
@@ -75,3 +76,20 @@ def test_encode_calls_between_before_each_layer_and_keeps_its_output(
     assert len(calls) == 1 + layers  # before the encoder, then before each layer
     assert torch.equal(hooked.hidden, target.encode(audio).hidden)  # hooks removed, same bits
     assert len(calls) == 1 + layers
+
+
+def test_earlier_text_goes_before_the_prompt_as_openai_whisper_puts_it(
+    tiny_random_whisper, english_tokenizer
+):
+    target = WhisperTarget(WhisperNet.from_transformers(tiny_random_whisper), english_tokenizer)
+    encoded = target.encode(_audio(4))
+    plain = target.prompt(encoded, Request())
+    assert plain == english_tokenizer.prompt(None, "transcribe")
+    previous = target.prompt(encoded, Request(previous="  Asterisk and Digium "))
+    words = english_tokenizer.encode(" Asterisk and Digium")
+    assert previous == [english_tokenizer.sot_prev, *words, *plain]
+    long = target.prompt(encoded, Request(previous="word " * 1000))
+    assert long[0] == english_tokenizer.sot_prev and long[-len(plain) :] == plain
+    assert len(long) - len(plain) - 1 == target.max_length // 2 - 1  # the last tokens only
+    tokens = decode_target_only(target, encoded, previous)  # decodes after a long prefix too
+    assert len(previous) + len(tokens) <= target.max_length

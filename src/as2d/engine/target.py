@@ -57,11 +57,14 @@ class Request:
         task: "transcribe", "translate" (to English) or "ask" (answer `text` about the audio).
         language: the spoken language's code; None where unknown (detected if the family can).
         text: the user's request (task "ask" only).
+        previous: text said before the audio (Whisper's prompt, OpenAI's `prompt`): it
+            conditions the decoding (spelling, names, style); Whisper targets only.
     """
 
     task: str = "transcribe"
     language: str | None = None
     text: str | None = None
+    previous: str | None = None
 
 
 class TextTokenizer(Protocol):

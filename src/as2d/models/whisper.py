@@ -165,10 +165,17 @@ class WhisperTarget:
         return cls(model.to(device), tokenizer, approximate)
 
     def prompt(self, encoded: EncodedAudio, request: Request) -> list[int]:
-        """Whisper's decoder prompt: start of transcript, language, task, no timestamps."""
+        """Whisper's decoder prompt: earlier text if given (`Request.previous`), start of
+        transcript, language, task, no timestamps."""
         if request.task == "ask":
             raise ValueError("Whisper cannot follow requests (task 'ask')")
-        return self.tokenizer.prompt(request.language, request.task)
+        prompt = self.tokenizer.prompt(request.language, request.task)
+        if not (request.previous and request.previous.strip()):
+            return prompt
+        # As openai-whisper conditions on earlier text: <|startofprev|>, the text's last
+        # tokens (at most half the context), then the usual prompt.
+        previous = self.tokenizer.encode(" " + request.previous.strip())
+        return [self.tokenizer.sot_prev, *previous[-(self.max_length // 2 - 1) :], *prompt]
 
     def language(self, encoded: EncodedAudio, given: str | None) -> str | None:
         """`given`, else the detected language (multilingual models; None for English-only)."""

@@ -77,6 +77,7 @@ class Job:
     loop: asyncio.AbstractEventLoop
     request: str | None = None  # task "ask": what the user asks about the recording
     keep: bool = False  # a stored recording's file, not an upload of this request
+    previous: str | None = None  # OpenAI's `prompt`: text said before the audio
     events: asyncio.Queue[tuple[str, Any]] = field(default_factory=asyncio.Queue)
     cancelled: threading.Event = field(default_factory=threading.Event)
 
@@ -203,7 +204,9 @@ class Engine:
         from as2d.audio.load import AudioError
 
         try:
-            run = transcriber.transcribe(job.path, job.language, job.task, job.request)
+            run = transcriber.transcribe(
+                job.path, job.language, job.task, job.request, job.previous
+            )
             for window in run:
                 self.metrics.window(window)
                 job.send("window", window)
@@ -390,7 +393,7 @@ class AudioApi:
             await form.close()
         loop = asyncio.get_running_loop()
         language = fields.get("language") or None
-        job = Job(path, name, task, language, loop, keep=keep)
+        job = Job(path, name, task, language, loop, keep=keep, previous=fields.get("prompt"))
         if stream:
             self._submit(job)
             return StreamingResponse(self._stream(job), media_type="text/event-stream")
@@ -408,9 +411,9 @@ class AudioApi:
             raise ApiError(
                 400, f"response_format must be one of {RESPONSE_FORMATS}", "response_format"
             )
-        if fields.get("prompt"):
+        if fields.get("prompt") and self.engine.follows_requests:
             raise ApiError(
-                400, "prompt is not supported: output is the target's greedy decoding", "prompt"
+                400, "prompt needs a Whisper target (chat models take a request)", "prompt"
             )
         try:
             temperature = float(fields.get("temperature", self.engine.options.temperature))
