@@ -192,11 +192,20 @@ def test_chat_with_an_audio_llm_answers_as_ask_does(tiny_qwen_dirs):
             client.chat.completions.create(
                 model=directory, messages=[{"role": "user", "content": content[:1]}]
             )
+        status, _, body = _post(running.url + "/v1/recordings", {}, clip.read_bytes(), clip.name)
+        assert status == 200, body
+        recording = json.loads(body)["id"]
+        by_id = client.chat.completions.create(
+            model=directory,
+            messages=[{"role": "user", "content": content[:1]}],
+            extra_body={"recording_id": recording},
+        )
     options = Options(target=directory, method="target", task="ask", request=request)
     with Transcriber(options) as transcriber:
         run = transcriber.transcribe(clip)
         expected = [w.token_ids for w in run]
     assert [w["token_ids"] for w in reply.model_extra["as2d"]["windows"]] == expected
+    assert [w["token_ids"] for w in by_id.model_extra["as2d"]["windows"]] == expected
     assert reply.choices[0].message.content == run.text
 
 
@@ -208,6 +217,7 @@ def test_models_health_and_metrics(server):
     metrics = urllib.request.urlopen(server[0] + "/metrics").read().decode()
     assert 'as2d_requests_total{endpoint="transcriptions",status="200"}' in metrics
     assert "as2d_queue_depth" in metrics and "as2d_accepted_tokens_total" in metrics
+    assert "as2d_tokens_per_second" in metrics
 
 
 def test_a_full_queue_answers_503_with_retry_after(server):

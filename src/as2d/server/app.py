@@ -107,6 +107,7 @@ class Metrics:
         self.accepted = Counter("as2d_accepted_tokens", "Draft tokens accepted", registry=r)
         self.verifies = Counter("as2d_verify_passes", "Verify passes", registry=r)
         self.drafter = Gauge("as2d_drafter_up", "1: the drafter process is alive", registry=r)
+        self.speed = Gauge("as2d_tokens_per_second", "The last recording's tokens/s", registry=r)
 
     def window(self, w: WindowResult) -> None:
         self.tokens.inc(len(w.token_ids))
@@ -214,6 +215,7 @@ class Engine:
                     run.windows.close()  # the client is gone: no more windows
                     return
             self.metrics.audio.inc(run.stats.audio_s)
+            self.metrics.speed.set(run.stats.tokens_per_s)
             job.send("done", run.stats)
         except AudioError as err:
             message = str(err).replace(str(job.path), job.name)  # not our temporary file's
@@ -335,11 +337,21 @@ class AudioApi:
         if body.get("stream"):
             raise ApiError(400, "stream is not supported for chat completions", "stream")
         self._check_fields({**fields, "model": str(body.get("model"))})
-        text, audio, fmt = _chat_parts(messages)
-        if len(audio) > self.max_upload_bytes:
-            raise self._too_large()
-        path = self._write(audio, f".{fmt}")
-        job = Job(path, "audio", "ask", None, asyncio.get_running_loop(), text)
+        text, part = _chat_parts(messages)
+        if part is not None:
+            audio, fmt = _audio_part(part)
+            if len(audio) > self.max_upload_bytes:
+                raise self._too_large()
+            name, path, keep = "audio", self._write(audio, f".{fmt}"), False
+        elif body.get("recording_id"):
+            recording = self._recording(str(body["recording_id"]))
+            name, path, keep = recording.id, recording.path, True
+        else:
+            raise ApiError(
+                400, "the last user message needs an input_audio part (or a recording_id)"
+            )
+        loop = asyncio.get_running_loop()
+        job = Job(path, name, "ask", None, loop, text, keep=keep)
         windows, stats = await self._run(job, request)
         answer = " ".join(w.text for w in windows if w.text)
         tokens = sum(len(w.token_ids) for w in windows)
@@ -545,30 +557,31 @@ class AudioApi:
         )
 
 
-def _chat_parts(messages: Any) -> tuple[str, bytes, str]:
-    """The request text, the audio bytes and their format from the last user message."""
+def _chat_parts(messages: Any) -> tuple[str, dict[str, Any] | None]:
+    """The request text and the `input_audio` part (None: none) of the last user message."""
     users = [m for m in messages if isinstance(m, dict) and m.get("role") == "user"]
     content = users[-1].get("content") if users else None
     if not isinstance(content, list):
         raise ApiError(400, "the last user message needs content parts: text and input_audio")
-    texts = [p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text"]
-    audios = [
-        p.get("input_audio")
-        for p in content
-        if isinstance(p, dict) and p.get("type") == "input_audio"
-    ]
-    if len(audios) != 1 or not isinstance(audios[0], dict):
-        raise ApiError(400, "the last user message needs exactly one input_audio part", "messages")
+    parts = [p for p in content if isinstance(p, dict)]
+    texts = [str(p.get("text", "")) for p in parts if p.get("type") == "text"]
+    audios = [p.get("input_audio") for p in parts if p.get("type") == "input_audio"]
+    if len(audios) > 1 or not all(isinstance(a, dict) for a in audios):
+        raise ApiError(400, "the last user message holds at most one input_audio part", "messages")
     if not any(t.strip() for t in texts):
         raise ApiError(400, "the last user message needs a text part: the request", "messages")
-    fmt = str(audios[0].get("format") or "wav")
+    return "\n".join(t for t in texts if t.strip()), audios[0] if audios else None
+
+
+def _audio_part(part: dict[str, Any]) -> tuple[bytes, str]:
+    """The bytes and format of an `input_audio` part."""
+    fmt = str(part.get("format") or "wav")
     if not fmt.isalnum():
         raise ApiError(400, f"unknown audio format {fmt!r}", "messages")
     try:
-        audio = base64.b64decode(audios[0].get("data") or "", validate=True)
+        return base64.b64decode(part.get("data") or "", validate=True), fmt
     except (binascii.Error, ValueError):
         raise ApiError(400, "input_audio data is not base64", "messages") from None
-    return "\n".join(t for t in texts if t.strip()), audio, fmt
 
 
 def _event(obj: dict[str, Any]) -> str:
