@@ -308,21 +308,17 @@ def model_options(args: argparse.Namespace) -> Options:
 def draft_files(args: argparse.Namespace) -> int:
     """Makes and stores the drafts of each file (as2d transcribe and serve use them)."""
     from as2d.audio.load import AudioError
-    from as2d.runtime.drafts import draft_store, load_drafter, make_drafts
+    from as2d.runtime.drafts import AheadDrafter, draft_store
 
     options = Options(drafter=args.drafter, language=args.language, task=args.task)
     spec = drafter_spec(options)
     assert spec is not None  # method as2d
     spec = replace(spec, threads=args.threads or os.cpu_count() or 1)
-    store = draft_store(Path(args.store) if args.store else None)
-    drafter = None
+    drafter = AheadDrafter(draft_store(Path(args.store) if args.store else None), spec)
     failed = 0
     for file in args.files:
         try:
-            key = store.key(Path(file), spec)
-            if store.load(key) is None:
-                drafter = drafter or load_drafter(spec)
-                store.save(key, make_drafts(Path(file), drafter) or [])
+            drafter.draft(Path(file))
             print(f"{file}: drafted ({spec.name})", file=sys.stderr)
         except (AudioError, OSError, ValueError) as err:
             fail(str(err) if isinstance(err, AudioError) else f"{file}: {err}", EXIT_USAGE)

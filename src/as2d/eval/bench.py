@@ -38,7 +38,7 @@ from as2d.eval.datasets import Recording
 from as2d.eval.machine import wait_children_idle, wait_quiet
 from as2d.eval.timeline import Timeline, recording_timeline
 from as2d.options import Options, drafter_spec
-from as2d.runtime.drafts import DraftStore, load_drafter, make_drafts
+from as2d.runtime.drafts import AheadDrafter, DraftStore
 from as2d.types import SAMPLE_RATE, RunStats, WindowResult
 
 T = TypeVar("T")
@@ -197,14 +197,11 @@ def make_drafts_ahead(
         if not config.drafts_ready or spec is None or spec.name in seconds:
             continue
         assert base.drafts_dir is not None, "drafts-ready configurations need a draft store"
-        store = DraftStore(Path(base.drafts_dir))
         spec = replace(spec, threads=len(os.sched_getaffinity(0)))
+        drafter = AheadDrafter(DraftStore(Path(base.drafts_dir)), spec)
         start = time.perf_counter()
-        drafter = load_drafter(spec)
         for recording in recordings:
-            key = store.key(recording.audio, spec)
-            if store.load(key) is None:
-                store.save(key, make_drafts(recording.audio, drafter) or [])
+            drafter.draft(recording.audio)
         seconds[spec.name] = time.perf_counter() - start
     return seconds
 

@@ -131,6 +131,23 @@ def stored_drafts(options: Options, audio: object) -> Drafts | None:
     return store.load(store.key(Path(audio), spec))
 
 
+class AheadDrafter:
+    """`spec`'s drafter in this process, loaded on first need, drafting files into `store`
+    (`as2d draft`, `as2d bench --drafts ready`)."""
+
+    def __init__(self, store: DraftStore, spec: DrafterSpec) -> None:
+        self.store = store
+        self.spec = spec
+        self._model: Any = None
+
+    def draft(self, audio: Path) -> None:
+        """Drafts `audio` unless its drafts are stored already."""
+        key = self.store.key(audio, self.spec)
+        if self.store.load(key) is None:
+            self._model = self._model or load_drafter(self.spec)
+            self.store.save(key, make_drafts(audio, self._model) or [])
+
+
 def load_drafter(spec: DrafterSpec) -> Any:
     """`spec`'s drafter model in this process, on `spec.threads` threads (`make_drafts`)."""
     from as2d.models.bundled import ct2_dir
