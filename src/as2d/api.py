@@ -197,7 +197,7 @@ class Transcriber:
             raise ValueError(
                 f"{o.target} cannot answer requests" if asked.text else "ask needs a request"
             )
-        if previous and not isinstance(self.target, WhisperTarget):
+        if previous and not self.target.takes_previous:
             raise ValueError(f"{o.target} takes no prompt of earlier text (Whisper targets do)")
         run = Transcription(iter([]))
         run.windows = self._decode_windows(audio, run, asked)

@@ -86,6 +86,7 @@ class TargetAdapter(Target[Encoded], Protocol):
     device: torch.device  # where the weights and caches live
     dtype: torch.dtype  # what the decoder computes in (sets the guard's rounding bound)
     follows_requests: bool  # can answer free requests (the ask task)
+    takes_previous: bool  # conditions on text said before the audio (`Request.previous`)
     leading_space: bool  # output text starts with a space (Whisper: " Hello")
 
     def prompt(self, encoded: Encoded, request: Request) -> list[int]:

@@ -87,6 +87,7 @@ class ChatAudioTarget(ABC):
     MODEL_CLASS: ClassVar[Any] = None
     BUILTIN_TEMPLATE: ClassVar[str] = ""  # Jinja chat template for checkpoints without one
     follows_requests = True  # answers free requests (`ask`)
+    takes_previous = False  # its prompt is the request; earlier text has no place in it
     leading_space = False  # output starts "Hello", not Whisper's " Hello"
 
     def __init__(self, model: PreTrainedModel, processing: ChatProcessing) -> None:

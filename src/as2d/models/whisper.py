@@ -103,6 +103,7 @@ class WhisperTarget:
 
     MODEL_TYPES: ClassVar[tuple[str, ...]] = ("whisper",)
     follows_requests = False  # transcribes or translates; cannot answer free requests
+    takes_previous = True  # <|startofprev|> and earlier text before the prompt
     leading_space = True  # output text starts with a space: " Hello"
 
     def __init__(
