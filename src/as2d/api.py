@@ -20,7 +20,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -35,10 +35,11 @@ from as2d.engine.target import Request, TargetAdapter
 from as2d.engine.verify import rounding_bound
 from as2d.models.targets import adapter_class, load_target, torch_dtype
 from as2d.models.whisper import WhisperTarget
-from as2d.options import Options, check, drafter_spec, rule
+from as2d.options import Options, check, check_timestamps, drafter_spec, rule
 from as2d.runtime.cores import thread_split
 from as2d.runtime.drafter import DrafterProcess, start_drafter
 from as2d.runtime.drafts import stored_drafts
+from as2d.timestamps import AligningTarget, segments_of, window_words
 from as2d.types import SAMPLE_RATE, RunStats, Window, WindowResult
 
 DRAFTER_LOAD_S = 120.0  # the most a Transcriber waits for its drafter's model to load
@@ -146,6 +147,10 @@ class Transcriber:
                 f"target {self.options.target} cannot follow requests: ask needs an audio LLM "
                 "target (Qwen2-Audio, Qwen2.5-Omni)"
             )
+        if self.options.timestamps != "none" and not family.times_words:
+            raise ValueError(
+                f"target {self.options.target} cannot time words: timestamps need a Whisper target"
+            )
         if self.options.method == "sd" and family is not WhisperTarget:
             raise ValueError("sd drafts with a Whisper model and needs a Whisper target")
 
@@ -180,6 +185,7 @@ class Transcriber:
         task: str | None = None,
         request: str | None = None,
         previous: str | None = None,
+        timestamps: str | None = None,
     ) -> Transcription:
         """Decode every speech window of `audio` (a path or 16 kHz mono float32 samples).
 
@@ -187,7 +193,8 @@ class Transcriber:
         `task` ("transcribe", "translate", "ask") and `request` (for "ask"): this recording's,
         where they are not the options' (a server answers every kind of request with one
         target). `previous`: text said before the audio, which every window is conditioned
-        on (Whisper targets; `Request.previous`).
+        on (Whisper targets; `Request.previous`). `timestamps`: "none", "segment" or "word"
+        for this recording, where not `options.timestamps` (`WindowResult.segments`).
         """
         o = self.options
         task = task or o.task
@@ -199,8 +206,12 @@ class Transcriber:
             )
         if previous and not self.target.takes_previous:
             raise ValueError(f"{o.target} takes no prompt of earlier text (Whisper targets do)")
+        timestamps = timestamps or o.timestamps
+        check_timestamps(timestamps)
+        if timestamps != "none" and not self.target.times_words:
+            raise ValueError(f"{o.target} cannot time words: timestamps need a Whisper target")
         run = Transcription(iter([]))
-        run.windows = self._decode_windows(audio, run, asked)
+        run.windows = self._decode_windows(audio, run, asked, timestamps)
         return run
 
     @property
@@ -226,7 +237,7 @@ class Transcriber:
         self.decoder.forget()
 
     def _decode_windows(
-        self, audio: AudioInput, run: Transcription, asked: Request
+        self, audio: AudioInput, run: Transcription, asked: Request, timestamps: str
     ) -> Iterator[WindowResult]:
         start = time.perf_counter()
         tokens, audio_s = 0, 0.0
@@ -235,7 +246,7 @@ class Transcriber:
             spec_options = replace(self.options, language=asked.language, task=asked.task)
             self.decoder.stored = stored_drafts(spec_options, audio)
         for window in self.decoder.windows(iter_windows(audio)):
-            result, asked = self.decode_window(window, asked, request_tokens)
+            result, asked = self.decode_window(window, asked, request_tokens, timestamps)
             tokens += len(result.token_ids)
             audio_s = window.end
             yield result
@@ -252,10 +263,15 @@ class Transcriber:
         )
 
     def decode_window(
-        self, window: Window, asked: Request, request_tokens: Sequence[int] = ()
+        self,
+        window: Window,
+        asked: Request,
+        request_tokens: Sequence[int] = (),
+        timestamps: str = "none",
     ) -> tuple[WindowResult, Request]:
         """Decode one window; returns its result and `asked` with its language (detected if
-        None). `request_tokens`: the request's, for prompt lookup."""
+        None). `request_tokens`: the request's, for prompt lookup. `timestamps` "segment" or
+        "word": the result's segments, timed after decoding (`align_s`, not in `decode_s`)."""
         t0 = time.perf_counter()
         decoder = self.decoder
         with decoder.lend_cores(window) as loan:
@@ -272,6 +288,12 @@ class Transcriber:
             w.index, w.start, w.end, text, token_ids, t1 - t0, t2 - t1, **asdict(counts)
         )
         result.started_at = t0
+        if timestamps != "none":
+            with_words = timestamps == "word"  # else segments only: no word probabilities
+            target = cast(AligningTarget, self.target)  # `times_words`, checked in transcribe
+            words = window_words(target, window, prompt, token_ids, asked.language, with_words)
+            result.segments = segments_of(words, with_words)
+            result.align_s = synced_clock(self.target.device) - t2
         return result, asked
 
     def _prompt(self, encoded: Any, language: str | None) -> list[int]:

@@ -27,7 +27,15 @@ from typing import TYPE_CHECKING
 from as2d.engine.gate import drafting_may_pay
 from as2d.eval.catalog import DRAFTERS, Config, catalog
 from as2d.models.bundled import ModelNotFoundError, cache_root
-from as2d.options import DTYPES, METHODS, Options, check, drafter_spec, parse_budget
+from as2d.options import (
+    DTYPES,
+    METHODS,
+    TIMESTAMPS,
+    Options,
+    check,
+    drafter_spec,
+    parse_budget,
+)
 from as2d.runtime.drafter import start_drafter
 from as2d.runtime.drafts import stored_drafts
 from as2d.writers import FORMATS, FileResult, output_path, render, write_atomic
@@ -81,6 +89,13 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     add_model_options(parser)
     parser.add_argument("--prompt", default=None, help="text said before (Whisper targets)")
     parser.add_argument("--format", default="txt", choices=FORMATS)
+    parser.add_argument(
+        "--timestamps",
+        default=None,
+        choices=TIMESTAMPS,
+        help="segment: sentence-like cues; word: and word times (json, vtt); "
+        "default: segment for srt/vtt (Whisper targets), else none",
+    )
     parser.add_argument("-o", "--output-dir", type=Path, help="write FILE.<format> here")
     parser.add_argument("--skip-existing", action="store_true", help="skip files already written")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
@@ -302,7 +317,18 @@ def model_options(args: argparse.Namespace) -> Options:
         drafter_threads=args.drafter_threads,
         drafts=args.drafts,
         drafts_dir=args.store,
+        timestamps=timestamps(args),
     )
+
+
+def timestamps(args: argparse.Namespace) -> str:
+    """--timestamps, else segments for subtitles from a target that times words."""
+    from as2d.models.targets import times_words
+
+    given = getattr(args, "timestamps", None)
+    if given is not None or getattr(args, "format", None) not in ("srt", "vtt"):
+        return given or "none"
+    return "segment" if times_words(args.target) else "none"
 
 
 def draft_files(args: argparse.Namespace) -> int:

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 METHODS = ("as2d", "target", "pld", "sd")
 DTYPES = ("float32", "float16", "bfloat16")  # Options.dtype: names of torch dtypes
 TASKS = ("transcribe", "translate", "ask")
+TIMESTAMPS = ("none", "segment", "word")  # Options.timestamps: WindowResult.segments, words
 DEFAULT_DRAFTER = "whisper-tiny.en"
 TRANSLATE_DRAFTER = "ct2:whisper-base"  # the default drafter for --task translate
 
@@ -48,6 +49,8 @@ class Options:
     lend_cores: bool = True  # as2d, CPU: the drafter stops for the target's encoder (see as2d.py)
     draft_gate: bool = True  # as2d, CPU: windows too short to pay for drafting are decoded alone
     drafter_fault: str | None = None  # tests and robustness benchmarks only (DrafterSpec.fault)
+    # Output
+    timestamps: str = "none"  # "segment": WindowResult.segments; "word": with their words
 
     def __post_init__(self) -> None:
         if self.drafter == "auto":  # tiny.en is English-only: it cannot draft a translation
@@ -95,6 +98,12 @@ def _cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
+def check_timestamps(timestamps: str) -> None:
+    """Raises ValueError, one line, unless `timestamps` is one of TIMESTAMPS."""
+    if timestamps not in TIMESTAMPS:
+        raise ValueError(f"timestamps must be one of {', '.join(TIMESTAMPS)}, got {timestamps!r}")
+
+
 def check(options: Options) -> None:
     """Raises ValueError, one line, for options no Transcriber can run."""
     if options.method not in METHODS:
@@ -115,6 +124,7 @@ def check(options: Options) -> None:
         raise ValueError(
             f"sd needs a PyTorch drafter (its KV cache follows the target), not {options.drafter!r}"
         )
+    check_timestamps(options.timestamps)
     if options.drafts not in ("auto", "off"):
         raise ValueError(f"drafts must be auto or off, got {options.drafts!r}")
     if options.budget is not None and not 0 <= options.budget <= options.max_k:

@@ -34,6 +34,26 @@ class Window:
 
 
 @dataclass
+class Word:
+    """One word of the output with its time in the recording (`--timestamps word`)."""
+
+    word: str  # as it stands in the text, with its leading space and punctuation: " Hello,"
+    start: float  # seconds from the start of the recording
+    end: float
+    probability: float  # the target's mean probability of the word's tokens
+
+
+@dataclass
+class Segment:
+    """A sentence-like piece of a window's text with its time in the recording."""
+
+    start: float  # seconds from the start of the recording
+    end: float
+    text: str
+    words: list[Word] = field(default_factory=list)  # empty unless words were asked for
+
+
+@dataclass
 class WindowResult:
     """What the target produced for one window, with its timings."""
 
@@ -52,6 +72,8 @@ class WindowResult:
     alone: int = 0  # passes the target ran on every core, the drafter's included (as2d, CPU)
     min_margin: float | None = None  # the closest a decision came to flipping; None: unmeasured
     started_at: float = 0.0  # time.perf_counter() when encoding began (timelines)
+    segments: list[Segment] = field(default_factory=list)  # empty unless timestamps were asked for
+    align_s: float = 0.0  # time spent on word timings, after decoding (not in decode_s)
 
 
 @dataclass

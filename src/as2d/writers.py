@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from as2d.types import RunStats, WindowResult
+from as2d.types import RunStats, Segment, WindowResult
 
 FORMATS = ("txt", "json", "srt", "vtt")
 
@@ -31,18 +31,35 @@ class FileResult:
     def text(self) -> str:
         return " ".join(w.text for w in self.windows if w.text)
 
+    @property
+    def segments(self) -> list[Segment]:
+        """Every window's segments, in order (empty without timestamps)."""
+        return [s for w in self.windows for s in w.segments]
+
+    def cues(self) -> list[Segment]:
+        """Subtitle cues: the segments where the run timed words, else one per window."""
+        if any(w.segments for w in self.windows):
+            return self.segments
+        return [Segment(w.start, w.end, w.text) for w in self.windows if w.text]
+
 
 def to_json(result: FileResult) -> str:
-    """One JSON object: file, text, method, target, drafter, windows, stats."""
+    """One JSON object: file, text, method, target, drafter, windows, stats, and segments
+    where the run timed them (each window's are there, not repeated in `windows`)."""
+    windows = [dataclasses.asdict(w) for w in result.windows]
+    for window in windows:
+        del window["segments"]
     obj = {
         "file": result.file,
         "text": result.text,
         "method": result.method,
         "target": result.target,
         "drafter": result.drafter,
-        "windows": [dataclasses.asdict(w) for w in result.windows],
+        "windows": windows,
         "stats": dataclasses.asdict(result.stats),
     }
+    if result.segments:
+        obj["segments"] = [dataclasses.asdict(s) for s in result.segments]
     return json.dumps(obj, ensure_ascii=False)
 
 
@@ -56,18 +73,29 @@ def _timestamp(seconds: float, sep: str) -> str:
 
 
 def to_srt(result: FileResult) -> str:
-    cues = [w for w in result.windows if w.text]
     blocks = [
-        f"{i}\n{_timestamp(w.start, ',')} --> {_timestamp(w.end, ',')}\n{w.text}\n"
-        for i, w in enumerate(cues, start=1)
+        f"{i}\n{_timestamp(c.start, ',')} --> {_timestamp(c.end, ',')}\n{c.text}\n"
+        for i, c in enumerate(result.cues(), start=1)
     ]
     return "\n".join(blocks)
 
 
 def to_vtt(result: FileResult) -> str:
-    cues = [w for w in result.windows if w.text]
-    blocks = [f"{_timestamp(w.start, '.')} --> {_timestamp(w.end, '.')}\n{w.text}\n" for w in cues]
+    """WebVTT cues; where words are timed, each word after the first carries its start
+    (karaoke-style: `Never <00:00:01.200>drink`)."""
+    blocks = [
+        f"{_timestamp(c.start, '.')} --> {_timestamp(c.end, '.')}\n{_karaoke(c)}\n"
+        for c in result.cues()
+    ]
     return "\n".join(["WEBVTT\n", *blocks])
+
+
+def _karaoke(cue: Segment) -> str:
+    if not cue.words:
+        return cue.text
+    first, *rest = cue.words
+    timed = [f"<{_timestamp(w.start, '.')}><c>{w.word}</c>" for w in rest]
+    return "".join([first.word.strip(), *timed])
 
 
 def render(result: FileResult, fmt: str) -> str:

@@ -87,6 +87,7 @@ class TargetAdapter(Target[Encoded], Protocol):
     dtype: torch.dtype  # what the decoder computes in (sets the guard's rounding bound)
     follows_requests: bool  # can answer free requests (the ask task)
     takes_previous: bool  # conditions on text said before the audio (`Request.previous`)
+    times_words: bool  # gives word timings (`timestamps.AligningTarget`)
     leading_space: bool  # output text starts with a space (Whisper: " Hello")
 
     def prompt(self, encoded: Encoded, request: Request) -> list[int]:

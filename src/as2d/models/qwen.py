@@ -88,6 +88,7 @@ class ChatAudioTarget(ABC):
     BUILTIN_TEMPLATE: ClassVar[str] = ""  # Jinja chat template for checkpoints without one
     follows_requests = True  # answers free requests (`ask`)
     takes_previous = False  # its prompt is the request; earlier text has no place in it
+    times_words = False  # no cross-attention over the audio to time words with
     leading_space = False  # output starts "Hello", not Whisper's " Hello"
 
     def __init__(self, model: PreTrainedModel, processing: ChatProcessing) -> None:

@@ -67,6 +67,15 @@ def model_type(name_or_path: str) -> str:
     return str(config.model_type)
 
 
+def times_words(name_or_path: str) -> bool:
+    """Whether the model's family gives word timings (Whisper, from its cross-attention),
+    from its config alone; False for a model that cannot be found (loading it says why)."""
+    try:
+        return model_type(name_or_path) == "whisper"
+    except ModelNotFoundError:
+        return False
+
+
 def adapter_class(name_or_path: str) -> Any:
     """The adapter class of the model's family, without loading weights.
 

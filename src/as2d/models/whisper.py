@@ -30,6 +30,7 @@ from as2d.models.linear import (
 )
 from as2d.models.tokenizer import WhisperTokenizer
 from as2d.models.whisper_net import WhisperNet
+from as2d.timestamps import Alignment
 from as2d.types import N_SAMPLES
 
 DEFAULT_DTYPE = {False: torch.float32, True: torch.float16}  # by "on a GPU"
@@ -104,6 +105,7 @@ class WhisperTarget:
     MODEL_TYPES: ClassVar[tuple[str, ...]] = ("whisper",)
     follows_requests = False  # transcribes or translates; cannot answer free requests
     takes_previous = True  # <|startofprev|> and earlier text before the prompt
+    times_words = True  # word timings from cross-attention (`alignment`)
     leading_space = True  # output text starts with a space: " Hello"
 
     def __init__(
@@ -142,6 +144,10 @@ class WhisperTarget:
         self.cross_kv: list[tuple[torch.Tensor, torch.Tensor]] = []
         self.length = 0  # positions held in the self-attention cache
         self.prompt_length = 0
+        self.alignment_heads: dict[int, list[int]] = {}  # layer -> heads that follow the speech
+        for layer, head in model.alignment_heads:
+            self.alignment_heads.setdefault(layer, []).append(head)
+        self._captured: list[torch.Tensor] | None = None  # `alignment`'s, while it runs
         self.encoder_dtype = self.dtype
         if approximate and self.device.type == "cpu" and fast_bfloat16():
             self.encoder_dtype = torch.bfloat16  # a drafter's only
@@ -223,6 +229,12 @@ class WhisperTarget:
     @torch.inference_mode()
     def forward(self, tokens: Sequence[int]) -> torch.Tensor:
         """Append `tokens` to the cache; return the scores for the position after each: [n, V]."""
+        start = self.length
+        x = self._decoder_pass(tokens)  # [n, d]
+        return self._suppress(self.proj(self.final_norm(x)), start)
+
+    def _decoder_pass(self, tokens: Sequence[int]) -> torch.Tensor:
+        """Append `tokens` to the cache; return the last layer's output [n, d]."""
         n, start = len(tokens), self.length
         if start + n > self.max_length:
             raise ValueError(f"decoder context full: {start} + {n} > {self.max_length}")
@@ -234,8 +246,37 @@ class WhisperTarget:
             x = x + self._cross_attention(i, layer, layer.cross_norm(x))
             x = x + layer.fc2(F.gelu(layer.fc1(layer.mlp_norm(x))))
         self.length = start + n
-        scores = self.proj(self.final_norm(x))  # [n, V]
-        return self._suppress(scores, start)
+        return x
+
+    @torch.inference_mode()
+    def alignment(
+        self, prompt: Sequence[int], tokens: Sequence[int], frames: int, probabilities: bool
+    ) -> Alignment:
+        """Cross-attention of the alignment heads over a window's output, for word timings.
+
+        Call it after the window is decoded (the cross-attention cache is still the window's):
+        one teacher-forced pass over the prompt's start of transcript, `tokens` and
+        end-of-text, as openai-whisper aligns (earlier text, `<|startofprev|>`, is left out).
+        `probabilities`: also each token's, from scores computed as decoding computed them
+        (the projection onto the vocabulary is a third of the pass).
+        """
+        start = list(prompt).index(self.tokenizer.sot)
+        sequence = [*prompt[start:], *tokens, self.tokenizer.eot][: self.max_length]
+        self.length, self.prompt_length = 0, len(prompt) - start
+        self._captured = []
+        try:
+            x = self._decoder_pass(sequence)  # [rows, d]
+            weights = torch.cat(self._captured)[:, :, :frames]  # [heads, rows, frames]
+        finally:
+            self._captured = None
+        first_row = self.prompt_length - 1  # reads the last prompt token
+        chance = np.zeros(len(tokens), dtype=np.float32)
+        if probabilities:
+            rows = x[first_row : first_row + len(tokens)]
+            scores = self._suppress(self.proj(self.final_norm(rows)), first_row).float()
+            ids = torch.tensor(tokens, dtype=torch.long, device=self.device)
+            chance = scores.softmax(-1)[torch.arange(len(tokens)), ids].cpu().numpy()
+        return Alignment(weights.float().cpu().numpy(), chance, first_row)
 
     @torch.inference_mode()
     def detect_language(self, encoded: EncodedAudio) -> str:
@@ -267,6 +308,8 @@ class WhisperTarget:
     def _cross_attention(self, i: int, layer: _DecoderLayer, x: torch.Tensor) -> torch.Tensor:
         keys_t, values = self.cross_kv[i]
         weights = self._heads(layer.cross_attn.q(x)) @ keys_t  # [H, n, 1500]
+        if self._captured is not None and i in self.alignment_heads:
+            self._captured.append(weights[self.alignment_heads[i]])
         out = weights.softmax(-1) @ values  # [H, n, Dh]
         return layer.cross_attn.out(self._merge(out))
 

@@ -11,6 +11,7 @@ encoder's forward pass is transformers' in the same operations and order (tests 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -158,10 +159,21 @@ class _Body(nn.Module):
 class WhisperNet(nn.Module):
     """A Whisper checkpoint's weights under transformers' names, and the encoder's forward."""
 
-    def __init__(self, shape: WhisperShape, suppression: Suppression) -> None:
+    def __init__(
+        self,
+        shape: WhisperShape,
+        suppression: Suppression,
+        alignment_heads: Sequence[Sequence[int]] | None = None,
+    ) -> None:
+        """`alignment_heads`: the checkpoint's [layer, head] pairs whose cross-attention follows
+        the speech (word timings); None: every head of the decoder's upper half, as
+        openai-whisper assumes for a checkpoint that names none."""
         super().__init__()
         self.shape = shape
         self.suppression = suppression
+        layers, heads = shape.decoder_layers, shape.decoder_attention_heads
+        upper = [(layer, head) for layer in range(layers // 2, layers) for head in range(heads)]
+        self.alignment_heads = tuple((int(a), int(b)) for a, b in alignment_heads or upper)
         self.model = _Body(shape)
         self.proj_out = nn.Linear(shape.d_model, shape.vocab_size, bias=False)
 
@@ -171,13 +183,17 @@ class WhisperNet(nn.Module):
 
     @classmethod
     def from_state(
-        cls, shape: WhisperShape, suppression: Suppression, state: dict[str, torch.Tensor]
+        cls,
+        shape: WhisperShape,
+        suppression: Suppression,
+        state: dict[str, torch.Tensor],
+        alignment_heads: Sequence[Sequence[int]] | None = None,
     ) -> WhisperNet:
         """Takes the tensors of `state` as they are (no copy, no random initialisation)."""
         state = dict(state)
         state.setdefault("proj_out.weight", state["model.decoder.embed_tokens.weight"])  # tied
         with torch.device("meta"):
-            net = cls(shape, suppression)
+            net = cls(shape, suppression, alignment_heads)
         net.load_state_dict(state, strict=True, assign=True)
         return net.eval()
 
@@ -195,14 +211,16 @@ class WhisperNet(nn.Module):
         )
         state = load_file(directory / "model.safetensors")
         state = {name: tensor.to(dtype) for name, tensor in state.items()}
-        return cls.from_state(WhisperShape.of(config), suppression, state)
+        heads = generation.get("alignment_heads")
+        return cls.from_state(WhisperShape.of(config), suppression, state, heads)
 
     @classmethod
     def from_transformers(cls, model: Any) -> WhisperNet:
         """From a transformers `WhisperForConditionalGeneration` (its tensors are shared)."""
         state = {name: t.detach() for name, t in model.state_dict().items()}
-        shape = WhisperShape.of(model.config)
-        return cls.from_state(shape, Suppression.of(model.generation_config), state)
+        shape, generation = WhisperShape.of(model.config), model.generation_config
+        heads = getattr(generation, "alignment_heads", None)
+        return cls.from_state(shape, Suppression.of(generation), state, heads)
 
 
 def _embedding(rows: int, d: int) -> nn.Embedding:
