@@ -90,12 +90,24 @@ def test_batch_continues_past_a_bad_file_and_resumes(capsys, bad_inputs, tmp_pat
     assert written.read_text() == "kept\n"
 
 
+def cue_texts(subtitles: str) -> list[str]:
+    """The text lines of an srt or vtt file (no numbers, times or header)."""
+    lines = subtitles.splitlines()
+    return [x for x in lines if x and "-->" not in x and not x.isdigit() and x != "WEBVTT"]
+
+
 @pytest.mark.parametrize("fmt", ["srt", "vtt"])
-def test_subtitle_formats(capsys, fmt):
+def test_subtitles_have_a_timed_cue_per_sentence(capsys, fmt):
     code, out, _ = run(capsys, CLIP, "--format", fmt)
     assert code == 0
-    assert REFERENCE in out
-    assert ("00:00:00,000 --> " if fmt == "srt" else "WEBVTT") in out
+    assert out.startswith("1\n" if fmt == "srt" else "WEBVTT\n")
+    assert cue_texts(out) == ["Welcome to Comedian Mail.", REFERENCE.split(". ", 1)[1]]
+    times = [line.split(" --> ") for line in out.splitlines() if "-->" in line]
+    assert times[0][0] > "00:00:00" and times[0][1] <= times[1][0]  # after the leading silence
+    code, plain, _ = run(capsys, CLIP, "--format", fmt, "--timestamps", "none")
+    assert cue_texts(plain) == [REFERENCE]  # one cue per window
+    code, words, _ = run(capsys, CLIP, "--format", fmt, "--timestamps", "word")
+    assert ("<c> Mail.</c>" in words) == (fmt == "vtt")  # karaoke-style word times
 
 
 def test_usage_errors_exit_2_before_any_work(capsys, tmp_path):

@@ -89,7 +89,25 @@ def test_transcriptions_equal_the_command_line(client, cli_json):
     assert text == expected["text"] + "\n"
     with CLIP.open("rb") as f:
         srt = client.audio.transcriptions.create(model="whisper-1", file=f, response_format="srt")
-    assert srt.startswith("1\n00:00:00,000 --> ") and expected["text"] in srt
+    segments = [s.text for s in verbose.segments]  # timed sentences, the same in srt
+    assert " ".join(segments) == expected["text"] and len(segments) > 1
+    assert srt.startswith("1\n") and all(f"\n{text}\n" in srt for text in segments)
+
+
+def test_verbose_json_times_words_when_asked_as_openai_s_api_does(client, cli_json):
+    with CLIP.open("rb") as f:
+        verbose = client.audio.transcriptions.create(
+            model="whisper-1", file=f, response_format="verbose_json",
+            timestamp_granularities=["word", "segment"],
+        )  # fmt: skip
+    words = verbose.words
+    assert " ".join(w.word for w in words) == cli_json[CLIP.name]["text"]
+    assert all(a.start <= a.end <= b.start for a, b in zip(words, words[1:], strict=False))
+    assert verbose.segments[0].start == words[0].start
+    with CLIP.open("rb") as f, pytest.raises(openai.BadRequestError, match="verbose_json"):
+        client.audio.transcriptions.create(
+            model="whisper-1", file=f, response_format="json", timestamp_granularities=["word"]
+        )
 
 
 def test_a_prompt_of_earlier_text_conditions_the_target_as_the_api_does(client):

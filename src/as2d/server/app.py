@@ -218,6 +218,7 @@ class AudioApi:
         try:
             fields = {k: v for k, v in form.items() if isinstance(v, str)}
             fmt, stream = self._check_fields(fields)
+            timestamps = self._timestamps(fmt, form.getlist("timestamp_granularities[]"))
             upload = form.get("file")
             if isinstance(upload, UploadFile):
                 name, path, keep = upload.filename or "audio", await self._save(upload), False
@@ -230,7 +231,10 @@ class AudioApi:
             await form.close()
         loop = asyncio.get_running_loop()
         language = fields.get("language") or None
-        job = Job(path, name, task, language, loop, keep=keep, previous=fields.get("prompt"))
+        job = Job(
+            path, name, task, language, loop,
+            keep=keep, previous=fields.get("prompt"), timestamps=timestamps,
+        )  # fmt: skip
         if stream:
             self._submit(job)
             return StreamingResponse(self._stream(job), media_type="text/event-stream")
@@ -266,6 +270,27 @@ class AudioApi:
         if stream not in ("true", "false"):
             raise ApiError(400, "stream must be true or false", "stream")
         return fmt, stream == "true"
+
+    def _timestamps(self, fmt: str, granularities: list[Any]) -> str:
+        """What to time: segments for subtitles and verbose_json, words where OpenAI's
+        `timestamp_granularities[]` asks for them; nothing from a target that cannot."""
+        if any(g not in ("segment", "word") for g in granularities):
+            raise ApiError(
+                400, "timestamp_granularities[] holds segment and/or word",
+                "timestamp_granularities[]",
+            )  # fmt: skip
+        if granularities and fmt != "verbose_json":
+            raise ApiError(
+                400, "timestamp_granularities[] needs response_format verbose_json",
+                "timestamp_granularities[]",
+            )  # fmt: skip
+        if not self.engine.target.times_words:
+            if "word" in granularities:
+                raise ApiError(400, "this model cannot time words", "timestamp_granularities[]")
+            return "none"
+        if "word" in granularities:
+            return "word"
+        return "segment" if fmt in ("srt", "vtt", "verbose_json") else "none"
 
     async def _save(self, upload: UploadFile) -> Path:
         """The upload in a file of its own, refused past the size limit."""
@@ -362,10 +387,15 @@ class AudioApi:
         if fmt == "json":
             return JSONResponse({"text": result.text})
         segments = [
-            {"id": i, "seek": round(w.start * 100), "start": w.start, "end": w.end,
-             "text": w.text, "tokens": w.token_ids, "temperature": self.engine.options.temperature}
-            for i, w in enumerate(result.windows)
+            {"id": i, "seek": round(c.start * 100), "start": c.start, "end": c.end,
+             "text": c.text, "temperature": self.engine.options.temperature}
+            for i, c in enumerate(result.cues())
         ]  # fmt: skip
+        words = [
+            {"word": w.word.strip(), "start": w.start, "end": w.end}
+            for s in result.segments
+            for w in s.words
+        ]
         return JSONResponse(
             {
                 "task": task,
@@ -373,6 +403,7 @@ class AudioApi:
                 "duration": result.stats.audio_s,
                 "text": result.text,
                 "segments": segments,
+                **({"words": words} if words else {}),
                 "as2d": {  # our extension: each window's counts and the run's stats
                     "method": result.method,
                     "windows": [dataclasses.asdict(w) for w in result.windows],

@@ -49,6 +49,7 @@ class Job:
     request: str | None = None  # task "ask": what the user asks about the recording
     keep: bool = False  # a stored recording's file, not an upload of this request
     previous: str | None = None  # OpenAI's `prompt`: text said before the audio
+    timestamps: str = "none"  # "segment" or "word": the windows' segments (Whisper targets)
     events: asyncio.Queue[tuple[str, Any]] = field(default_factory=asyncio.Queue)
     cancelled: threading.Event = field(default_factory=threading.Event)
 
@@ -177,7 +178,7 @@ class Engine:
 
         try:
             run = transcriber.transcribe(
-                job.path, job.language, job.task, job.request, job.previous
+                job.path, job.language, job.task, job.request, job.previous, job.timestamps
             )
             for window in run:
                 self.metrics.window(window)
