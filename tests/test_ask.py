@@ -7,6 +7,7 @@ targets refuse `ask` with one line and exit status 2, before loading any weights
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 from pathlib import Path
@@ -109,3 +110,21 @@ def test_auto_budget_with_a_long_chat_prompt(tiny_qwen_dirs, tmp_path, monkeypat
         _ = got.stats
     assert [w.token_ids for w in got.results] == [w.token_ids for w in ask(directory, "target")]
     assert list((tmp_path / "cost").glob("*/*/*.json"))  # cost/VERSION/MACHINE/
+
+
+def test_a_chat_target_s_transcript_is_timed_by_a_whisper_aligner(tiny_qwen_dirs) -> None:
+    """Approximate segments: the target's text, timed by whisper-tiny.en's cross-attention."""
+    options = Options(
+        target=str(tiny_qwen_dirs["qwen2_audio"]), method="target", language="en",
+        timestamps="word", threads=1,
+    )  # fmt: skip
+    with Transcriber(options) as transcriber:
+        windows = list(transcriber.transcribe(CLIP))
+        with pytest.raises(ValueError, match="task 'ask' gives none to time"):
+            transcriber.transcribe(CLIP, task="ask", request=REQUEST)
+    for window in windows:
+        assert window.segments and all(s.approximate for s in window.segments)
+        assert " ".join(s.text for s in window.segments) == window.text
+        words = [w for s in window.segments for w in s.words]
+        assert all(window.start <= w.start <= w.end <= window.end for w in words)
+        assert all(a.end <= b.start for a, b in itertools.pairwise(words))

@@ -35,12 +35,12 @@ from as2d.engine.target import Request, TargetAdapter
 from as2d.engine.verify import rounding_bound
 from as2d.models.targets import adapter_class, load_target, torch_dtype
 from as2d.models.whisper import WhisperTarget
-from as2d.options import Options, check, check_timestamps, drafter_spec, rule
+from as2d.options import Options, aligner_name, check, check_timestamps, drafter_spec, rule
 from as2d.runtime.cores import thread_split
 from as2d.runtime.drafter import DrafterProcess, start_drafter
 from as2d.runtime.drafts import stored_drafts
-from as2d.timestamps import AligningTarget, segments_of, window_words
-from as2d.types import SAMPLE_RATE, RunStats, Window, WindowResult
+from as2d.timestamps import AligningTarget, forced_words, segments_of, window_words
+from as2d.types import SAMPLE_RATE, RunStats, Segment, Window, WindowResult
 
 DRAFTER_LOAD_S = 120.0  # the most a Transcriber waits for its drafter's model to load
 AudioInput = str | Path | np.ndarray
@@ -134,6 +134,7 @@ class Transcriber:
             )  # fmt: skip
             self.decoder: WindowDecoder = self._factory.decoder(self._drafter)
             self._policies: dict[int | None, BudgetPolicy] = {}  # `set_budget`'s, by budget
+            self._aligner: WhisperTarget | None = None  # times a chat target's words
         except BaseException:
             self.close()
             raise
@@ -147,10 +148,7 @@ class Transcriber:
                 f"target {self.options.target} cannot follow requests: ask needs an audio LLM "
                 "target (Qwen2-Audio, Qwen2.5-Omni)"
             )
-        if self.options.timestamps != "none" and not family.times_words:
-            raise ValueError(
-                f"target {self.options.target} cannot time words: timestamps need a Whisper target"
-            )
+        _check_timing(self.options.timestamps, self.options.task, family.times_words)
         if self.options.method == "sd" and family is not WhisperTarget:
             raise ValueError("sd drafts with a Whisper model and needs a Whisper target")
 
@@ -207,9 +205,7 @@ class Transcriber:
         if previous and not self.target.takes_previous:
             raise ValueError(f"{o.target} takes no prompt of earlier text (Whisper targets do)")
         timestamps = timestamps or o.timestamps
-        check_timestamps(timestamps)
-        if timestamps != "none" and not self.target.times_words:
-            raise ValueError(f"{o.target} cannot time words: timestamps need a Whisper target")
+        _check_timing(timestamps, task, self.target.times_words)
         run = Transcription(iter([]))
         run.windows = self._decode_windows(audio, run, asked, timestamps)
         return run
@@ -290,16 +286,41 @@ class Transcriber:
         result.started_at = t0
         if timestamps != "none":
             with_words = timestamps == "word"  # else segments only: no word probabilities
-            target = cast(AligningTarget, self.target)  # `times_words`, checked in transcribe
-            words = window_words(target, window, prompt, token_ids, asked.language, with_words)
-            result.segments = segments_of(words, with_words)
+            result.segments = self._segments(window, prompt, result, asked.language, with_words)
             result.align_s = synced_clock(self.target.device) - t2
         return result, asked
+
+    def _segments(
+        self,
+        window: Window,
+        prompt: Sequence[int],
+        result: WindowResult,
+        language: str | None,
+        with_words: bool,
+    ) -> list[Segment]:
+        """The window's segments: timed by the target's own cross-attention (Whisper), else
+        its text forced through a Whisper aligner's (`forced_words`: approximate)."""
+        if self.target.times_words:
+            target = cast(AligningTarget, self.target)
+            words = window_words(target, window, prompt, result.token_ids, language, with_words)
+            return segments_of(words, with_words)
+        if self._aligner is None:
+            self._aligner = WhisperTarget.load(aligner_name(self.options, language))
+        words = forced_words(self._aligner, window, result.text, language, with_words)
+        return segments_of(words, with_words, approximate=True)
 
     def _prompt(self, encoded: Any, language: str | None) -> list[int]:
         """The target family's prompt for this window, in the options' task and request."""
         o = self.options
         return self.target.prompt(encoded, Request(o.task, language, o.request))
+
+
+def _check_timing(timestamps: str, task: str, times_words: bool) -> None:
+    """Raises ValueError, one line, for timestamps that cannot be had: a chat target's times
+    come from forcing its transcript through a Whisper aligner, and need one."""
+    check_timestamps(timestamps)
+    if timestamps != "none" and not times_words and task != "transcribe":
+        raise ValueError(f"timestamps time a transcript; task {task!r} gives none to time")
 
 
 def compare(audio: AudioInput, options: Options, methods: Sequence[str]) -> list[Transcription]:

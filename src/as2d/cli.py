@@ -94,7 +94,7 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
         default=None,
         choices=TIMESTAMPS,
         help="segment: sentence-like cues; word: and word times (json, vtt); "
-        "default: segment for srt/vtt (Whisper targets), else none",
+        "default: segment for srt/vtt, else none",
     )
     parser.add_argument("-o", "--output-dir", type=Path, help="write FILE.<format> here")
     parser.add_argument("--skip-existing", action="store_true", help="skip files already written")
@@ -322,13 +322,16 @@ def model_options(args: argparse.Namespace) -> Options:
 
 
 def timestamps(args: argparse.Namespace) -> str:
-    """--timestamps, else segments for subtitles from a target that times words."""
+    """--timestamps, else segments for subtitles where there is a transcript to time: any
+    target's (a chat target's through a Whisper aligner), or a Whisper target's translation."""
     from as2d.models.targets import times_words
 
     given = getattr(args, "timestamps", None)
     if given is not None or getattr(args, "format", None) not in ("srt", "vtt"):
         return given or "none"
-    return "segment" if times_words(args.target) else "none"
+    task = getattr(args, "task", "transcribe")
+    timed = task == "transcribe" or (task == "translate" and times_words(args.target))
+    return "segment" if timed else "none"
 
 
 def draft_files(args: argparse.Namespace) -> int:

@@ -78,6 +78,15 @@ def drafter_spec(options: Options) -> DrafterSpec | None:
     )
 
 
+def aligner_name(options: Options, language: str | None) -> str:
+    """The Whisper model that times a chat target's transcript: the drafter's (its torch
+    copy), or the multilingual bundled base where that one is English-only and the speech
+    may not be English."""
+    name = options.drafter.removeprefix(CT2_PREFIX)
+    english_only = name.endswith(".en")
+    return "whisper-base" if english_only and language != "en" else name
+
+
 def rule(options: Options, bound: float = 0.0) -> Rule:
     """Greedy, or temperature sampling with its own seeded generator; `bound`: the guard's
     (`verify.rounding_bound` of the target's dtype)."""

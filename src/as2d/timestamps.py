@@ -80,6 +80,23 @@ def window_words(
     return to_words(spans, window.start, window.end)
 
 
+def forced_words(
+    aligner: Any, window: Window, text: str, language: str | None, probabilities: bool
+) -> list[Word]:
+    """Another model's `text` for `window`, timed by a Whisper `aligner` (a WhisperTarget)
+    reading it as if it had said it: the same cross-attention method, on text it did not
+    choose, so the times are approximate (and probabilities are the aligner's)."""
+    from as2d.engine.target import Request
+
+    if not text.strip():
+        return []
+    encoded = aligner.encode(window.audio)
+    prompt = aligner.prompt(encoded, Request("transcribe", language))
+    tokens = aligner.tokenizer.encode(" " + text.strip())[: aligner.max_length - len(prompt) - 1]
+    aligner.prefill(encoded, prompt)
+    return window_words(aligner, window, prompt, tokens, language, probabilities)
+
+
 @dataclass
 class _Span:
     """A word while it is being timed: its text, time and its tokens' probabilities."""
@@ -300,7 +317,9 @@ def _cut(current: list[Word], at_pause: bool) -> list[Word]:
     return closed
 
 
-def segments_of(words: Sequence[Word], with_words: bool) -> list[Segment]:
+def segments_of(
+    words: Sequence[Word], with_words: bool, approximate: bool = False
+) -> list[Segment]:
     """`group_segments` as Segments (a word holds its own leading space, if any); their words
     kept only `with_words`."""
     return [
@@ -309,6 +328,7 @@ def segments_of(words: Sequence[Word], with_words: bool) -> list[Segment]:
             group[-1].end,
             "".join(w.word for w in group).strip(),
             list(group) if with_words else [],
+            approximate,
         )
         for group in group_segments(words)
     ]

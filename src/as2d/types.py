@@ -51,6 +51,7 @@ class Segment:
     end: float
     text: str
     words: list[Word] = field(default_factory=list)  # empty unless words were asked for
+    approximate: bool = False  # timed by another model than the one whose text it is
 
 
 @dataclass

@@ -218,7 +218,8 @@ class AudioApi:
         try:
             fields = {k: v for k, v in form.items() if isinstance(v, str)}
             fmt, stream = self._check_fields(fields)
-            timestamps = self._timestamps(fmt, form.getlist("timestamp_granularities[]"))
+            granularities = form.getlist("timestamp_granularities[]")
+            timestamps = self._timestamps(fmt, task, granularities)
             upload = form.get("file")
             if isinstance(upload, UploadFile):
                 name, path, keep = upload.filename or "audio", await self._save(upload), False
@@ -271,9 +272,10 @@ class AudioApi:
             raise ApiError(400, "stream must be true or false", "stream")
         return fmt, stream == "true"
 
-    def _timestamps(self, fmt: str, granularities: list[Any]) -> str:
+    def _timestamps(self, fmt: str, task: str, granularities: list[Any]) -> str:
         """What to time: segments for subtitles and verbose_json, words where OpenAI's
-        `timestamp_granularities[]` asks for them; nothing from a target that cannot."""
+        `timestamp_granularities[]` asks for them; nothing where there is no transcript to
+        time (a chat target's translation)."""
         if any(g not in ("segment", "word") for g in granularities):
             raise ApiError(
                 400, "timestamp_granularities[] holds segment and/or word",
@@ -284,7 +286,7 @@ class AudioApi:
                 400, "timestamp_granularities[] needs response_format verbose_json",
                 "timestamp_granularities[]",
             )  # fmt: skip
-        if not self.engine.target.times_words:
+        if not (self.engine.target.times_words or task == "transcribe"):
             if "word" in granularities:
                 raise ApiError(400, "this model cannot time words", "timestamp_granularities[]")
             return "none"
