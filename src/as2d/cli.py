@@ -151,6 +151,9 @@ def add_bench_parser(commands: argparse._SubParsersAction) -> None:
     bench.add_argument("--language", default=None, help="default: the dataset's, else detect")
     bench.add_argument("--task", default="transcribe", choices=("transcribe", "translate"))
     bench.add_argument("--quiet-wait", type=float, default=0.0, help="max s to wait for others")
+    bench.add_argument(
+        "--timestamps", default="none", choices=TIMESTAMPS, help="also time words, apart"
+    )
     bench.add_argument("--external", action="store_true", help="also time CTranslate2 greedy")
     bench.add_argument(
         "--drafts",
@@ -532,6 +535,7 @@ def dataset_configs(args: argparse.Namespace) -> tuple[list[Recording], list[Con
         device=args.device,
         dtype=args.dtype,
         drafts="off",  # a benchmark's drafter drafts: stored drafts would skew its numbers
+        timestamps=args.timestamps,  # timed apart from decoding (WindowResult.align_s)
     )
     return recordings, catalog(methods, drafters, budgets, len(os.sched_getaffinity(0))), base
 

@@ -76,10 +76,11 @@ def test_outputs_on_two_clips_with_a_tiny_random_target(
 @pytest.mark.slow
 def test_bench_command_with_the_real_tiny_model(dataset, tmp_path, capsys):
     """The command end to end: real tiny.en target, target-only at 1 and 2 threads, pld, and
-    the CTranslate2 reference."""
+    the CTranslate2 reference; word timings measured apart from decoding."""
     out = tmp_path / "out"
     args = ["bench", str(dataset), "--target", "whisper-tiny.en", "--methods", "target,pld"]
     args += ["--budgets", "4", "--limit", "1", "--external", "--no-progress"]
+    args += ["--timestamps", "word"]
     code = main([*args, "--out", str(out)])
     err = capsys.readouterr().err
     assert code == 0, err
@@ -93,6 +94,10 @@ def test_bench_command_with_the_real_tiny_model(dataset, tmp_path, capsys):
     assert [e["compute_type"] for e in external] == ["int8", "float32"]
     assert all(e["tokens"] > 10 and e["pooled_tokens_per_s"] > 0 for e in external)
     assert "## External reference (a different runtime)" in (out / "report.md").read_text()
+    timing = summary["timestamps"]  # per configuration, apart from its decode time
+    assert set(timing) == {"target 1t", "target 2t", "pld k=4"}
+    assert all(0 < t["align_s"] < t["decode_s"] for t in timing.values())
+    assert "Word timing (`--timestamps`)" in (out / "report.md").read_text()
 
 
 def test_bench_with_drafts_made_ahead(dataset, tmp_path, capsys):

@@ -69,6 +69,7 @@ def render_report(
         "- Time = encode + decode per window; pooled tokens/s = tokens / total time; "
         "`identical`: every window's tokens equal target-only's (same threads).",
         *_drafting_lines(bench),
+        *_timing_lines(content),
         "",
         "```",
         str(content["command"]),
@@ -86,6 +87,18 @@ def _drafting_lines(bench: BenchRun) -> list[str]:
         f"for the {minutes:.1f} min of audio, in-process on every core, model load included); "
         "no drafter process runs while they decode."
         for drafter, seconds in bench.drafting_s.items()
+    ]
+
+
+def _timing_lines(content: dict[str, object]) -> list[str]:
+    """What timing words cost after decoding, per configuration (left out of its time)."""
+    costs = content.get("timestamps")
+    if not isinstance(costs, dict):
+        return []
+    return [
+        f"- Word timing (`--timestamps`), after decoding, not in the times above: `{name}` "
+        f"{cost['align_s']:.1f} s, {100 * cost['share']:.1f} % of its decode phase."
+        for name, cost in costs.items()
     ]
 
 

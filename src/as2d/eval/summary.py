@@ -4,7 +4,8 @@ oracle, and summary.json's content (`report.py` writes them out).
 Times are per window, encode + decode (`WindowResult.encode_s + decode_s`), the median
 over repeats; pooled throughput is total tokens / total of those times, for every
 configuration and for the oracle alike, so the figures compare on one footing (reading
-the audio file and finding the windows is the same work for every method and is left out).
+the audio file and finding the windows is the same work for every method and is left out;
+so are word timings, `--timestamps`, reported apart as `timestamps`).
 The baseline is the faster target-only configuration; a window is slower when its time
 exceeds the baseline's on the same window; `identical` means every window of every repeat
 has the same tokens as target-only with the same thread count (else the baseline).
@@ -192,7 +193,20 @@ def summary(
         "oracle": oracle,
         "as2d_auto_frac_of_oracle": frac,
         **({"drafting_s": bench.drafting_s} if bench.drafting_s else {}),
+        **({"timestamps": timing} if (timing := timing_costs(bench)) else {}),
     }
+
+
+def timing_costs(bench: BenchRun) -> dict[str, dict[str, float]]:
+    """Per configuration, what timing words cost after decoding (`--timestamps`): seconds
+    in all, and as a share of the decode phase's seconds. Empty where nothing was timed."""
+    costs: dict[str, dict[str, float]] = {}
+    for config in bench.configs:
+        windows = [w for run in bench.runs if run.config == config for w in run.windows]
+        align, decode = sum(w.align_s for w in windows), sum(w.decode_s for w in windows)
+        if align > 0:
+            costs[config.name] = {"align_s": align, "decode_s": decode, "share": align / decode}
+    return costs
 
 
 def result_rows(bench: BenchRun) -> list[dict[str, object]]:
@@ -218,6 +232,7 @@ def result_rows(bench: BenchRun) -> list[dict[str, object]]:
                     "encode_s": w.encode_s,
                     "decode_s": w.decode_s,
                     "wall_s": w.encode_s + w.decode_s,
+                    "align_s": w.align_s,
                     "verify_passes": w.verify_passes,
                     "plain_steps": w.plain_steps,
                     "accepted_tokens": w.accepted_tokens,
