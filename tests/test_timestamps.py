@@ -16,10 +16,12 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from as2d.api import Options, Transcriber
 from as2d.audio.load import load_audio
+from as2d.cli import main
 from as2d.timestamps import (
     _Span,
     bound_long_words,
     dtw,
+    fit_to_speech,
     group_segments,
     median_filter,
     merge_punctuation,
@@ -101,6 +103,15 @@ def test_long_words_at_window_and_sentence_edges_are_cut_back() -> None:
     assert spans[3].start == pytest.approx(5.0 - longest)  # after a sentence: starts later
     assert spans[5].end == pytest.approx(5.3 + longest)  # last word: ends earlier
     assert (spans[1].start, spans[1].end) == (2.0, 2.2)
+
+
+def test_word_edges_left_in_a_silence_move_to_the_speech() -> None:
+    spans = [_Span(" a", 0.2, 1.6), _Span(" b", 1.6, 2.4), _Span(" c", 2.4, 2.9)]
+    fit_to_speech(spans, [(0.0, 1.0), (2.0, 3.0)])
+    assert [(s.start, s.end) for s in spans] == [(0.2, 1.0), (2.0, 2.4), (2.4, 2.9)]
+    unknown = [_Span(" a", 1.2, 1.6)]
+    fit_to_speech(unknown, [])
+    assert (unknown[0].start, unknown[0].end) == (1.2, 1.6)
 
 
 def test_words_are_placed_in_the_recording_within_their_window() -> None:
@@ -237,3 +248,42 @@ def test_timing_words_changes_no_token_of_any_method(method, joined_audio, untim
         windows = list(transcriber.transcribe(joined_audio[0]))
     assert [w.token_ids for w in windows] == untimed
     assert all(w.segments and w.align_s > 0 for w in windows)
+
+
+def _srt_cues(srt: str) -> list[tuple[float, float, str]]:
+    """(start, end, text) of each cue of an srt file."""
+
+    def seconds(stamp: str) -> float:
+        h, m, s = stamp.replace(",", ".").split(":")
+        return 3600 * int(h) + 60 * int(m) + float(s)
+
+    cues = []
+    for block in srt.strip().split("\n\n"):
+        _, times, text = block.split("\n", 2)
+        start, end = times.split(" --> ")
+        cues.append((seconds(start), seconds(end), text))
+    return cues
+
+
+def test_subtitles_of_the_long_recording_are_short_cues_that_follow_the_speech(capsys) -> None:
+    """The bundled 111 s recording (five prompts, 0.8 s of silence between them): every cue
+    lasts at most 7 s, the cues are in order and do not overlap, they hold the whole text,
+    and they are where the speech is: mostly loud, and none starts or ends in a silence."""
+    long = Path(__file__).parent / "data" / "long_en.flac"
+    code = main(["transcribe", str(long), "--format", "srt", "--method", "target", "--no-progress"])
+    srt = capsys.readouterr().out
+    assert code == 0
+    code = main(["transcribe", str(long), "--method", "target", "--no-progress"])
+    text = capsys.readouterr().out.strip()
+    cues = _srt_cues(srt)
+    assert " ".join(t for _, _, t in cues) == text and len(cues) >= 15
+    assert all(0 < end - start <= 7.0 for start, end, _ in cues)
+    assert all(a[1] <= b[0] for a, b in itertools.pairwise(cues))
+    audio = load_audio(long)
+    frames = audio[: len(audio) // 1600 * 1600].reshape(-1, 1600)  # 0.1 s frames
+    silent = np.sqrt((frames**2).mean(axis=1)) < 1e-3  # the digital silence between prompts
+    for start, end, _ in cues:
+        first, last = int(start * 10), int(np.ceil(end * 10))
+        assert silent[first:last].mean() < 0.5, (start, end)  # mostly speech
+        # speech within 0.3 s of either edge: no cue starts or ends in a silence
+        assert not silent[first : first + 3].all() and not silent[last - 3 : last].all()

@@ -77,6 +77,8 @@ def window_words(
     words = split_words(tokens, target.tokenizer.token_bytes, spaced_language(language))
     spans = merge_punctuation(word_spans(alignment, words))
     bound_long_words(spans)
+    speech = [(a - window.start, b - window.start) for a, b in window.speech]
+    fit_to_speech(spans, speech)
     return to_words(spans, window.start, window.end)
 
 
@@ -261,6 +263,27 @@ def bound_long_words(spans: list[_Span]) -> None:
             span.start = span.end - longest
         elif i == len(spans) - 1 or _ends_sentence(span.text):
             span.end = span.start + longest
+
+
+def fit_to_speech(spans: list[_Span], speech: Sequence[tuple[float, float]]) -> None:
+    """Moves a word edge that DTW left in a silence the voice activity detector found to that
+    silence's edge, where the word keeps some length: a start to where speech resumes, an end
+    to where it stopped. `speech`: (start, end) in the spans' time, in order; none: no change.
+
+    Example:
+        speech [(0, 1), (2, 3)]: a word at 1.5-2.4 -> 2.0-2.4; a word at 0.5-1.6 -> 0.5-1.0
+    """
+    if not speech:
+        return
+    starts = np.array([a for a, _ in speech])
+    ends = np.array([b for _, b in speech])
+    for span in spans:
+        i = int(np.searchsorted(ends, span.start, side="right"))  # first speech ending after
+        if i < len(starts) and span.start < starts[i] < span.end:
+            span.start = float(starts[i])
+        j = int(np.searchsorted(starts, span.end, side="left")) - 1  # last speech starting before
+        if j >= 0 and span.start < ends[j] < span.end:
+            span.end = float(ends[j])
 
 
 def to_words(spans: Sequence[_Span], offset: float, limit: float) -> list[Word]:

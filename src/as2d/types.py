@@ -20,12 +20,15 @@ class Window:
         start: start time in the recording, seconds.
         end: end time in the recording, seconds.
         audio: [samples] float32 at SAMPLE_RATE; at most MAX_WINDOW_S long.
+        speech: (start, end) of the speech the voice activity detector found in it, seconds
+            in the recording; empty where unknown.
     """
 
     index: int
     start: float
     end: float
     audio: np.ndarray = field(repr=False)
+    speech: tuple[tuple[float, float], ...] = ()
 
     @property
     def duration(self) -> float:

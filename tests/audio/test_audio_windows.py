@@ -30,6 +30,9 @@ def check_layout(windows: list[Window], audio: np.ndarray, max_s: float) -> None
         assert 0 < window.end - window.start <= max_s
         piece = audio[samples(window.start) : samples(window.end)]
         np.testing.assert_array_equal(window.audio, piece)
+        assert window.speech, "a window holds the speech it was made for"
+        for (a, b), (c, _) in pairwise([*window.speech, (window.end, window.end)]):
+            assert window.start <= a < b <= c <= window.end  # in order, inside the window
 
 
 def check_speech_covered(windows: list[Window], speech: list[tuple[int, int]]) -> None:

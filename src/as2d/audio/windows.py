@@ -136,11 +136,17 @@ class SpeechWindower:
         cut = _pause_cut(pending, limit, self._pad, self._max_len, self._end)
         if cut is None:
             cut = _quiet_cut(self._slice(start, limit), start, self._max_len)
+        speech = tuple(
+            (max(s, start) / SAMPLE_RATE, min(e, cut.end) / SAMPLE_RATE)
+            for s, e in pending
+            if s < cut.end and e > start
+        )
         window = Window(
             self._index,
             start / SAMPLE_RATE,
             cut.end / SAMPLE_RATE,
             self._slice(start, cut.end).copy(),
+            speech,
         )
         self._index += 1
         self._floor = cut.resume
