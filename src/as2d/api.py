@@ -17,7 +17,7 @@ Audio LLM targets also answer requests, window by window (task "ask"):
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, cast
@@ -25,6 +25,7 @@ from typing import Any, cast
 import numpy as np
 import torch
 
+from as2d.audio.load import AudioError
 from as2d.audio.windows import iter_windows
 from as2d.engine.as2d import SpeculativeDecoder
 from as2d.engine.calibrate import synced_clock
@@ -41,9 +42,16 @@ from as2d.runtime.drafter import DrafterProcess, start_drafter
 from as2d.runtime.drafts import stored_drafts
 from as2d.timestamps import AligningTarget, forced_words, segments_of, window_words
 from as2d.types import SAMPLE_RATE, RunStats, Segment, Window, WindowResult
+from as2d.writers import FileResult
 
 DRAFTER_LOAD_S = 120.0  # the most a Transcriber waits for its drafter's model to load
 AudioInput = str | Path | np.ndarray
+FILE_ERRORS = (AudioError, OSError, ValueError)  # fail one file of a batch; the rest go on
+
+
+def file_failure(file: str, err: BaseException) -> str:
+    """The one line that reports a file's failure, naming the file."""
+    return str(err) if isinstance(err, AudioError) else f"{file}: {err}"
 
 
 @dataclass
@@ -209,6 +217,22 @@ class Transcriber:
         run = Transcription(iter([]))
         run.windows = self._decode_windows(audio, run, asked, timestamps)
         return run
+
+    def transcribe_file(
+        self,
+        file: str,
+        previous: str | None = None,
+        on_window: Callable[[WindowResult], object] | None = None,
+    ) -> FileResult:
+        """One file decoded whole, as the command line writes it (`writers.render`);
+        `on_window` is called as each window finishes (progress)."""
+        run = self.transcribe(file, previous=previous)
+        for window in run:
+            if on_window is not None:
+                on_window(window)
+        o = self.options
+        drafter = o.drafter if o.method in ("as2d", "sd") else None
+        return FileResult(file, o.method, o.target, drafter, run.results, run.stats)
 
     @property
     def drafter(self) -> DrafterProcess | None:

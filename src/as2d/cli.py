@@ -100,6 +100,15 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--skip-existing", action="store_true", help="skip files already written")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     parser.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        default=None,
+        help="spread the files over a Ray cluster: auto, ray://HOST:PORT, or local",
+    )
+    parser.add_argument(
+        "--ray-cpus-per-worker", type=int, default=2, metavar="N", help="CPUs of each worker"
+    )
+    parser.add_argument(
         "--timeline", type=Path, metavar="FILE.png", help="draw target/drafter activity (PNG)"
     )
 
@@ -284,6 +293,7 @@ def list_models() -> int:
 
 
 def transcribe_files(args: argparse.Namespace) -> int:
+    args.files = expand_inputs(args.files)
     out_dir = prepare_output_dir(args.output_dir, args.skip_existing)
     if out_dir is not None:
         check_distinct_outputs(args.files, out_dir, args.format)
@@ -291,11 +301,69 @@ def transcribe_files(args: argparse.Namespace) -> int:
     todo = [f for f in args.files if not (out_dir and skip(f, out_dir, args))]
     if not todo:
         return EXIT_OK
-    with open_transcriber(options, todo) as transcriber:
-        failed = sum(not transcribe_one(transcriber, f, out_dir, args) for f in todo)
+    if args.ray is not None:
+        failed = transcribe_on_cluster(options, todo, out_dir, args)
+    else:
+        with open_transcriber(options, todo) as transcriber:
+            failed = sum(not transcribe_one(transcriber, f, out_dir, args) for f in todo)
     if failed == 0:
         return EXIT_OK
     return EXIT_USAGE if failed == len(todo) else EXIT_SOME_FAILED
+
+
+def expand_inputs(inputs: Sequence[str]) -> list[str]:
+    """Files as given; a folder's audio files (sorted) and a `.jsonl` manifest's in its place."""
+    from as2d.eval.datasets import DatasetError, load_folder, load_manifest
+
+    files: list[str] = []
+    try:
+        for item in inputs:
+            path = Path(item)
+            if path.is_dir():
+                files += [str(r.audio) for r in load_folder(path)]
+            elif path.suffix == ".jsonl" and path.is_file():
+                files += [str(r.audio) for r in load_manifest(path)]
+            else:
+                files.append(item)
+    except DatasetError as err:
+        raise UsageError(str(err)) from err
+    return files
+
+
+def transcribe_on_cluster(
+    options: Options, files: Sequence[str], out_dir: Path | None, args: argparse.Namespace
+) -> int:
+    """`--ray`: the files spread over a Ray cluster's workers (runtime/cluster.py); returns
+    how many failed."""
+    from tqdm import tqdm
+
+    from as2d.models.targets import adapter_class
+    from as2d.runtime.cluster import FileTask, RayUnavailableError, print_line, transcribe_on_ray
+
+    if out_dir is None:
+        raise UsageError("--ray writes its outputs to a folder: give -o DIR")
+    if args.ray_cpus_per_worker < 1:
+        raise UsageError("--ray-cpus-per-worker must be at least 1")
+    try:
+        check(options)
+        adapter_class(options.target)  # a bad model name: one line here, not on every worker
+    except ValueError as err:
+        raise UsageError(str(err)) from err
+    durations = dict(zip(files, _durations(files), strict=True))
+    tasks = [FileTask(f, output_path(f, out_dir, args.format), durations[f]) for f in files]
+    total = round(sum(durations.values()), 1)
+    bar = tqdm(total=total, unit="s", desc="ray", disable=args.no_progress or None)
+    try:
+        with bar:
+            run = transcribe_on_ray(
+                args.ray, options, tasks, args.format, args.ray_cpus_per_worker, args.prompt,
+                progress=lambda done: bar.update(round(min(done, total) - bar.n, 1)),
+                report=bar.write if not args.no_progress else print_line,
+            )  # fmt: skip
+    except (RayUnavailableError, ValueError) as err:
+        raise UsageError(str(err)) from err
+    print(run.summary(), file=sys.stderr)
+    return len(run.failed)
 
 
 def model_options(args: argparse.Namespace) -> Options:
@@ -404,15 +472,15 @@ def open_transcriber(options: Options, files: Sequence[str]) -> Transcriber:
 
 
 def _durations(files: Sequence[str]) -> Iterator[float]:
-    """Each readable file's length in seconds, from its header (unreadable ones are
-    reported when their turn comes)."""
+    """Each file's length in seconds from its header; 0 for one that cannot be read (it is
+    reported when its turn comes)."""
     from as2d.audio.load import AudioError, audio_duration
 
     for file in files:
         try:
             yield audio_duration(file)
         except AudioError:
-            continue
+            yield 0.0
 
 
 def compare_methods(args: argparse.Namespace) -> int:
@@ -577,7 +645,7 @@ def transcribe_one(
     transcriber: Transcriber, file: str, out_dir: Path | None, args: argparse.Namespace
 ) -> bool:
     """Transcribe one file and write or print it; report a failure in one line."""
-    from as2d.audio.load import AudioError
+    from as2d.api import FILE_ERRORS, file_failure
     from as2d.eval.timeline import timeline_path, write_timeline
 
     try:
@@ -591,10 +659,8 @@ def transcribe_one(
         if args.timeline is not None:
             path = timeline_path(args.timeline, file, several=len(args.files) > 1)
             write_timeline(transcriber, result, path)
-    except (AudioError, OSError, ValueError) as err:
-        fail(
-            str(err) if isinstance(err, AudioError) else f"{file}: {err}", EXIT_USAGE
-        )  # names the file
+    except FILE_ERRORS as err:
+        fail(file_failure(file, err), EXIT_USAGE)
         if os.environ.get("AS2D_DEBUG"):
             raise
         return False
@@ -615,13 +681,10 @@ def run_with_progress(
     from as2d.audio.load import audio_duration
 
     total = audio_duration(file)
-    run = transcriber.transcribe(file, previous=previous)
     with tqdm(total=round(total, 1), unit="s", desc=Path(file).name, disable=quiet or None) as bar:
-        for window in run:
-            bar.update(round(window.end - bar.n, 1))
-    o = transcriber.options
-    drafter = o.drafter if o.method in ("as2d", "sd") else None
-    return FileResult(file, o.method, o.target, drafter, run.results, run.stats)
+        return transcriber.transcribe_file(
+            file, previous, lambda window: bar.update(round(window.end - bar.n, 1))
+        )
 
 
 if __name__ == "__main__":
