@@ -7,7 +7,9 @@ those heads' cross-attention; it is normalised per token row, median-filtered al
 averaged over heads, and dynamic time warping (DTW) finds the cheapest monotonic path of the
 tokens through the frames. A word starts where the path reaches the token that opens it.
 Punctuation then joins its word, over-long words are cut back at sentence and window edges,
-and words are grouped into sentence-like segments of at most `MAX_SEGMENT_S`.
+word edges left in a silence the voice activity detector found move to the speech, and
+words are grouped into sentence-like segments of at most `MAX_SEGMENT_S`. A chat target's
+transcript is timed the same way by a Whisper aligner that reads it (`forced_words`).
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from as2d.writers import render, write_atomic
 
 ATTEMPTS = 3  # tries per file: a worker lost mid-file sends it back to the queue
 WORKER_START_S = 600.0  # the longest wait for a worker to load its models
-POLL_S = 0.5  # progress is asked of busy workers this often
+POLL_S = 1.0  # progress is asked of busy workers this often
 LOCAL_OBJECT_STORE = 128 * 1024**2  # `local`: results are text, the store stays small
 
 
@@ -83,10 +83,14 @@ class FileWorker:
     (two calls at once), so that `progress` answers while `transcribe` runs."""
 
     def __init__(self, options: Options, fmt: str, previous: str | None) -> None:
-        from as2d.api import Transcriber
+        from as2d.options import drafter_spec
+        from as2d.runtime.drafter import start_drafter
 
         self.fmt, self.previous = fmt, previous
-        self.transcriber = Transcriber(options, warm=False)
+        drafter = start_drafter(drafter_spec(options))  # before torch: both load side by side
+        from as2d.api import Transcriber
+
+        self.transcriber = Transcriber(options, drafter_process=drafter, warm=False)
         self.done_s = 0.0  # audio seconds of the current file decoded so far
 
     def pid(self) -> int:
