@@ -603,7 +603,8 @@ def dataset_configs(args: argparse.Namespace) -> tuple[list[Recording], list[Con
         device=args.device,
         dtype=args.dtype,
         drafts="off",  # a benchmark's drafter drafts: stored drafts would skew its numbers
-        timestamps=args.timestamps,  # timed apart from decoding (WindowResult.align_s)
+        # bench: timed apart from decoding (WindowResult.align_s); exactness times nothing
+        timestamps=getattr(args, "timestamps", "none"),
     )
     return recordings, catalog(methods, drafters, budgets, len(os.sched_getaffinity(0))), base
 
