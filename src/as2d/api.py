@@ -36,7 +36,15 @@ from as2d.engine.target import Request, TargetAdapter
 from as2d.engine.verify import rounding_bound
 from as2d.models.targets import adapter_class, load_target, torch_dtype
 from as2d.models.whisper import WhisperTarget
-from as2d.options import Options, aligner_name, check, check_timestamps, drafter_spec, rule
+from as2d.options import (
+    Options,
+    aligner_name,
+    check,
+    check_timestamps,
+    drafter_spec,
+    has_transcript_to_time,
+    rule,
+)
 from as2d.runtime.cores import thread_split
 from as2d.runtime.drafter import DrafterProcess, start_drafter
 from as2d.runtime.drafts import stored_drafts
@@ -231,8 +239,7 @@ class Transcriber:
             if on_window is not None:
                 on_window(window)
         o = self.options
-        drafter = o.drafter if o.method in ("as2d", "sd") else None
-        return FileResult(file, o.method, o.target, drafter, run.results, run.stats)
+        return FileResult(file, o.method, o.target, o.drafter_used, run.results, run.stats)
 
     @property
     def drafter(self) -> DrafterProcess | None:
@@ -343,7 +350,7 @@ def _check_timing(timestamps: str, task: str, times_words: bool) -> None:
     """Raises ValueError, one line, for timestamps that cannot be had: a chat target's times
     come from forcing its transcript through a Whisper aligner, and need one."""
     check_timestamps(timestamps)
-    if timestamps != "none" and not times_words and task != "transcribe":
+    if timestamps != "none" and not has_transcript_to_time(task, times_words):
         raise ValueError(f"timestamps time a transcript; task {task!r} gives none to time")
 
 

@@ -34,6 +34,7 @@ from as2d.options import (
     Options,
     check,
     drafter_spec,
+    has_transcript_to_time,
     parse_budget,
 )
 from as2d.runtime.drafter import start_drafter
@@ -401,7 +402,8 @@ def timestamps(args: argparse.Namespace) -> str:
     if given is not None or getattr(args, "format", None) not in ("srt", "vtt"):
         return given or "none"
     task = getattr(args, "task", "transcribe")
-    timed = task == "transcribe" or (task == "translate" and times_words(args.target))
+    # the target's config is read only where the task alone does not decide
+    timed = has_transcript_to_time(task, task != "transcribe" and times_words(args.target))
     return "segment" if timed else "none"
 
 

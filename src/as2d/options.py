@@ -52,6 +52,12 @@ class Options:
     # Output
     timestamps: str = "none"  # "segment": WindowResult.segments; "word": with their words
 
+    @property
+    def drafter_used(self) -> str | None:
+        """The drafter model this method decodes with (as2d, sd), else None: what outputs
+        name as the run's drafter."""
+        return self.drafter if self.method in ("as2d", "sd") else None
+
     def __post_init__(self) -> None:
         if self.drafter == "auto":  # tiny.en is English-only: it cannot draft a translation
             default = TRANSLATE_DRAFTER if self.task == "translate" else DEFAULT_DRAFTER
@@ -111,6 +117,13 @@ def check_timestamps(timestamps: str) -> None:
     """Raises ValueError, one line, unless `timestamps` is one of TIMESTAMPS."""
     if timestamps not in TIMESTAMPS:
         raise ValueError(f"timestamps must be one of {', '.join(TIMESTAMPS)}, got {timestamps!r}")
+
+
+def has_transcript_to_time(task: str, times_words: bool) -> bool:
+    """Whether timestamps can be had: a target that times its own words (Whisper, any task),
+    or a chat target's transcription (forced through a Whisper aligner); an answer to a
+    request or a chat target's translation is not said in the audio."""
+    return times_words or task == "transcribe"
 
 
 def check(options: Options) -> None:

@@ -37,7 +37,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from as2d.options import Options, drafter_spec
+from as2d.options import Options, drafter_spec, has_transcript_to_time
 from as2d.runtime.drafts import draft_store
 from as2d.server.decoding import ApiError, Engine, Job, Metrics
 from as2d.server.recordings import Recording, Recordings
@@ -240,7 +240,8 @@ class AudioApi:
             self._submit(job)
             return StreamingResponse(self._stream(job), media_type="text/event-stream")
         windows, stats = await self._run(job, request)
-        result = FileResult(name, *self._who(), windows, stats)
+        o = self.engine.options
+        result = FileResult(name, o.method, o.target, o.drafter_used, windows, stats)
         return self._render(result, fmt, task, job.language)
 
     def _check_fields(self, fields: dict[str, str]) -> tuple[str, bool]:
@@ -286,7 +287,7 @@ class AudioApi:
                 400, "timestamp_granularities[] needs response_format verbose_json",
                 "timestamp_granularities[]",
             )  # fmt: skip
-        if not (self.engine.target.times_words or task == "transcribe"):
+        if not has_transcript_to_time(task, self.engine.target.times_words):
             if "word" in granularities:
                 raise ApiError(400, "this model cannot time words", "timestamp_granularities[]")
             return "none"
@@ -375,10 +376,6 @@ class AudioApi:
         finally:
             job.cancelled.set()  # a no-op once done; a disconnect stops the decoding
             job.discard()
-
-    def _who(self) -> tuple[str, str, str | None]:
-        o = self.engine.options
-        return o.method, o.target, o.drafter if o.method in ("as2d", "sd") else None
 
     def _render(self, result: FileResult, fmt: str, task: str, language: str | None) -> Response:
         if fmt == "text":
