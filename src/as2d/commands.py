@@ -1,0 +1,466 @@
+"""The bodies of the `as2d` commands (`cli.py` parses the command line and calls one).
+
+Each takes the parsed arguments and returns an exit code (see `cli.py`); a problem with
+the command line itself is raised as `UsageError`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+# Only what every command needs is imported here (no torch, no transformers): each one
+# imports the library modules it uses when it runs.
+from as2d.engine.gate import drafting_may_pay
+from as2d.eval.catalog import Config, catalog
+from as2d.models.bundled import cache_root
+from as2d.options import (
+    METHODS,
+    Options,
+    check,
+    drafter_spec,
+    has_transcript_to_time,
+    parse_budget,
+)
+from as2d.runtime.drafter import start_drafter
+from as2d.runtime.drafts import stored_drafts
+from as2d.writers import FileResult, output_path, render, write_atomic
+
+if TYPE_CHECKING:
+    from as2d.api import Transcriber
+    from as2d.eval.datasets import Recording
+
+EXIT_OK, EXIT_SOME_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_INTERRUPTED = 128 + 2  # Ctrl-C: 128 + SIGINT, as a shell reports a process it ended
+
+
+class UsageError(Exception):
+    """A problem with the command line itself: nothing was transcribed."""
+
+
+def fail(message: str, code: int) -> int:
+    print(f"as2d: error: {message}", file=sys.stderr)
+    return code
+
+
+def quiet_transformers() -> None:
+    """Our own bar is the only one on stderr: none from transformers while models load.
+    transformers reads the hub's setting when it is imported (a Qwen target imports it, a
+    Whisper target does not); where it is loaded already, it is told directly."""
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    if "transformers" in sys.modules:
+        from transformers.utils import logging
+
+        logging.disable_progress_bar()
+
+
+def list_models() -> int:
+    from as2d.models.bundled import bundled_names, is_cached
+
+    for name in bundled_names():
+        print(f"{name}\t{'cached' if is_cached(name) else 'not cached (built on first use)'}")
+    return EXIT_OK
+
+
+def transcribe_files(args: argparse.Namespace) -> int:
+    args.files = expand_inputs(args.files)
+    out_dir = prepare_output_dir(args.output_dir, args.skip_existing)
+    if out_dir is not None:
+        check_distinct_outputs(args.files, out_dir, args.format)
+    options = model_options(args)
+    todo = [f for f in args.files if not (out_dir and skip(f, out_dir, args))]
+    if not todo:
+        return EXIT_OK
+    if args.ray is not None:
+        failed = transcribe_on_cluster(options, todo, out_dir, args)
+    else:
+        with open_transcriber(options, todo) as transcriber:
+            failed = sum(not transcribe_one(transcriber, f, out_dir, args) for f in todo)
+    if failed == 0:
+        return EXIT_OK
+    return EXIT_USAGE if failed == len(todo) else EXIT_SOME_FAILED
+
+
+def expand_inputs(inputs: Sequence[str]) -> list[str]:
+    """Files as given; a folder's audio files (sorted) and a `.jsonl` manifest's in its place."""
+    from as2d.eval.datasets import DatasetError, load_folder, load_manifest
+
+    files: list[str] = []
+    try:
+        for item in inputs:
+            path = Path(item)
+            if path.is_dir():
+                files += [str(r.audio) for r in load_folder(path)]
+            elif path.suffix == ".jsonl" and path.is_file():
+                files += [str(r.audio) for r in load_manifest(path)]
+            else:
+                files.append(item)
+    except DatasetError as err:
+        raise UsageError(str(err)) from err
+    return files
+
+
+def transcribe_on_cluster(
+    options: Options, files: Sequence[str], out_dir: Path | None, args: argparse.Namespace
+) -> int:
+    """`--ray`: the files spread over a Ray cluster's workers (runtime/cluster.py); returns
+    how many failed."""
+    from tqdm import tqdm
+
+    from as2d.models.targets import adapter_class
+    from as2d.runtime.cluster import FileTask, RayUnavailableError, print_line, transcribe_on_ray
+
+    if out_dir is None:
+        raise UsageError("--ray writes its outputs to a folder: give -o DIR")
+    if args.ray_cpus_per_worker < 1:
+        raise UsageError("--ray-cpus-per-worker must be at least 1")
+    try:
+        check(options)
+        adapter_class(options.target)  # a bad model name: one line here, not on every worker
+    except ValueError as err:
+        raise UsageError(str(err)) from err
+    durations = dict(zip(files, _durations(files), strict=True))
+    tasks = [FileTask(f, output_path(f, out_dir, args.format), durations[f]) for f in files]
+    total = round(sum(durations.values()), 1)
+    bar = tqdm(total=total, unit="s", desc="ray", disable=args.no_progress or None)
+    try:
+        with bar:
+            run = transcribe_on_ray(
+                args.ray, options, tasks, args.format, args.ray_cpus_per_worker, args.prompt,
+                progress=lambda done: bar.update(round(min(done, total) - bar.n, 1)),
+                report=bar.write if not args.no_progress else print_line,
+            )  # fmt: skip
+    except (RayUnavailableError, ValueError) as err:
+        raise UsageError(str(err)) from err
+    print(run.summary(), file=sys.stderr)
+    return len(run.failed)
+
+
+def model_options(args: argparse.Namespace) -> Options:
+    """The Options of `add_model_options`' arguments."""
+    if args.threads is not None and args.threads < 1:
+        raise UsageError("--threads must be at least 1")
+    if args.drafter_threads is not None and args.drafter_threads < 1:
+        raise UsageError("--drafter-threads must be at least 1")
+    return Options(
+        target=args.target,
+        device=args.device,
+        dtype=args.dtype,
+        method=args.method,
+        language=args.language,
+        task=getattr(args, "task", "transcribe"),
+        request=getattr(args, "request", None),
+        drafter=args.drafter,
+        budget=args.budget,
+        temperature=args.temperature,
+        seed=args.seed,
+        threads=args.threads,
+        drafter_threads=args.drafter_threads,
+        drafts=args.drafts,
+        drafts_dir=args.store,
+        timestamps=timestamps(args),
+    )
+
+
+def timestamps(args: argparse.Namespace) -> str:
+    """--timestamps, else segments for subtitles where there is a transcript to time: any
+    target's (a chat target's through a Whisper aligner), or a Whisper target's translation."""
+    from as2d.models.targets import times_words
+
+    given = getattr(args, "timestamps", None)
+    if given is not None or getattr(args, "format", None) not in ("srt", "vtt"):
+        return given or "none"
+    task = getattr(args, "task", "transcribe")
+    # the target's config is read only where the task alone does not decide
+    timed = has_transcript_to_time(task, task != "transcribe" and times_words(args.target))
+    return "segment" if timed else "none"
+
+
+def draft_files(args: argparse.Namespace) -> int:
+    """Makes and stores the drafts of each file (as2d transcribe and serve use them)."""
+    from as2d.audio.load import AudioError
+    from as2d.runtime.drafts import AheadDrafter, draft_store
+
+    options = Options(drafter=args.drafter, language=args.language, task=args.task)
+    spec = drafter_spec(options)
+    assert spec is not None  # method as2d
+    spec = replace(spec, threads=args.threads or os.cpu_count() or 1)
+    drafter = AheadDrafter(draft_store(Path(args.store) if args.store else None), spec)
+    failed = 0
+    for file in args.files:
+        try:
+            drafter.draft(Path(file))
+            print(f"{file}: drafted ({spec.name})", file=sys.stderr)
+        except (AudioError, OSError, ValueError) as err:
+            fail(str(err) if isinstance(err, AudioError) else f"{file}: {err}", EXIT_USAGE)
+            failed += 1
+    if failed == 0:
+        return EXIT_OK
+    return EXIT_USAGE if failed == len(args.files) else EXIT_SOME_FAILED
+
+
+def serve(args: argparse.Namespace) -> int:
+    """Serves until SIGINT/SIGTERM (see `server.py`)."""
+    options = model_options(args)
+    if args.queue < 1 or args.max_upload_mb <= 0:
+        raise UsageError("--queue must be at least 1 and --max-upload-mb above 0")
+    try:
+        check(options)
+    except ValueError as err:
+        raise UsageError(str(err)) from err
+    from as2d.server import serve as run_server
+
+    quiet_transformers()
+    run_server(options, args.host, args.port, args.max_upload_mb, args.queue)
+    return EXIT_OK
+
+
+def open_transcriber(options: Options, files: Sequence[str]) -> Transcriber:
+    """The Transcriber of a one-off command over `files`: its drafter process starts before
+    torch is imported here, so that both load side by side, and no warm-up passes that only
+    serve timing are run (see `Transcriber`). Where every file's drafts are stored (`as2d
+    draft`) or no file is long enough for drafting to pay on this machine
+    (`drafting_may_pay`), no drafter process starts at all."""
+    try:
+        check(options)  # before a drafter is started for nothing
+        stored = all(stored_drafts(options, file) is not None for file in files)
+        spawn = not stored and drafting_may_pay(options, cache_root(), _durations(files))
+        drafter = start_drafter(drafter_spec(options)) if spawn else None
+    except ValueError as err:
+        raise UsageError(str(err)) from err
+    try:
+        from as2d.api import Transcriber
+
+        quiet_transformers()
+        # The Transcriber owns the drafter from here on.
+        return Transcriber(options, drafter_process=drafter, spawn_drafter=spawn, warm=False)
+    except BaseException as err:
+        if drafter is not None:  # Ctrl-C while torch loads, before the Transcriber owns it
+            drafter.close()
+        if isinstance(err, ValueError):
+            raise UsageError(str(err)) from err
+        raise
+
+
+def _durations(files: Sequence[str]) -> Iterator[float]:
+    """Each file's length in seconds from its header; 0 for one that cannot be read (it is
+    reported when its turn comes)."""
+    from as2d.audio.load import AudioError, audio_duration
+
+    for file in files:
+        try:
+            yield audio_duration(file)
+        except AudioError:
+            yield 0.0
+
+
+def compare_methods(args: argparse.Namespace) -> int:
+    """Target-only, then --method, on one file: per-window agreement, transcript, speed-up."""
+    from as2d.api import compare
+    from as2d.audio.load import AudioError
+
+    quiet_transformers()
+    options = Options(
+        target=args.target, drafter=args.drafter, language=args.language, budget=args.budget
+    )
+    try:
+        target, as2d = compare(args.file, options, ("target", args.method))
+    except (AudioError, ValueError) as err:
+        raise UsageError(str(err)) from err
+    method = f"{args.method} tokens"
+    print(f"{'window':>6}  {'seconds':>13}  {'target tokens':>13}  {method:>11}  same")
+    for t, a in zip(target.results, as2d.results, strict=True):
+        same = "yes" if t.token_ids == a.token_ids else "NO"
+        span = f"{t.start:5.1f}-{t.end:5.1f}"
+        print(f"{t.index:>6}  {span:>13}  {len(t.token_ids):>13}  {len(a.token_ids):>11}  {same}")
+    pairs = list(zip(target.results, as2d.results, strict=True))
+    identical = all(t.token_ids == a.token_ids for t, a in pairs)
+    print(f"\n{as2d.text}\n")
+    label = args.method if args.method == "pld" else f"{args.method} ({options.drafter})"
+    for name, run in (("target-only", target), (label, as2d)):
+        s = run.stats
+        decode = sum(r.decode_s for r in run.results)
+        print(f"{name:>28}: {s.wall_s:6.2f} s wall, {decode:6.2f} s decoding, RTF {s.rtf:.3f}")
+    t_decode = sum(r.decode_s for r in target.results)
+    a_decode = sum(r.decode_s for r in as2d.results)
+    print(
+        f"{'identical output':>28}: {'yes' if identical else 'NO'}\n"
+        f"{'speed-up':>28}: {target.stats.wall_s / as2d.stats.wall_s:.2f}x end to end, "
+        f"{t_decode / a_decode:.2f}x decode phase (one run each, one after the other: for\n"
+        f"{'':>30}honest numbers, interleaved and repeated, use as2d bench)"
+    )
+    passes = sum(r.verify_passes for r in as2d.results)
+    if passes:
+        accepted = sum(r.accepted_tokens for r in as2d.results)
+        plain = sum(r.plain_steps for r in as2d.results)
+        print(
+            f"{'accepted per verify':>28}: {accepted / passes:.2f} "
+            f"({passes} verify passes, {plain} plain steps)"
+        )
+    return EXIT_OK if identical else EXIT_SOME_FAILED
+
+
+def bench_dataset(args: argparse.Namespace) -> int:
+    """`as2d bench`: load the dataset, expand the catalog, measure, write the outputs."""
+    from as2d.audio.load import AudioError
+    from as2d.eval.bench import BenchSettings, run_bench
+    from as2d.eval.external import external_reference
+    from as2d.eval.report import table_of, write_outputs
+    from as2d.eval.summary import RunInfo
+
+    if args.repeats < 1:
+        raise UsageError("--repeats must be at least 1")
+    from as2d.eval.catalog import with_drafts_ready
+
+    recordings, configs, base = dataset_configs(args)
+    configs = with_drafts_ready(configs, args.drafts)
+    base = replace(base, drafts_dir=str(args.out / "drafts"))  # drafts-ready configurations'
+    prepare_output_dir(args.out, skip_existing=False)
+    quiet_transformers()
+    settings = BenchSettings(base, args.repeats, args.quiet_wait, not args.no_progress)
+    command = "as2d " + shlex.join(args.argv)
+    info = RunInfo(args.target, args.dataset, command, args.repeats)
+    try:
+        bench = run_bench(configs, recordings, settings)
+        if args.external:
+            info.external = external_reference(bench, settings)
+    except (AudioError, ValueError) as err:
+        raise UsageError(str(err)) from err
+    content = write_outputs(bench, args.out, info)
+    print(table_of(content), file=sys.stderr)
+    rows = content["configs"]
+    assert isinstance(rows, list)
+    return EXIT_OK if all(row["identical"] for row in rows) else EXIT_SOME_FAILED
+
+
+def exactness_dataset(args: argparse.Namespace) -> int:
+    """`as2d exactness`: every configuration against target-only, one JSON object on stdout."""
+    from as2d.audio.load import AudioError
+    from as2d.eval.exactness import check_exactness, report_dict
+
+    recordings, configs, base = dataset_configs(args)
+    quiet_transformers()
+    try:
+        report = check_exactness(configs, recordings, base, progress=not args.no_progress)
+    except (AudioError, ValueError) as err:
+        raise UsageError(str(err)) from err
+    print(json.dumps(report_dict(report)))
+    return EXIT_SOME_FAILED if report.mismatches else EXIT_OK
+
+
+def dataset_configs(args: argparse.Namespace) -> tuple[list[Recording], list[Config], Options]:
+    """The dataset, the catalog and the base options of `bench` and `exactness`."""
+    from as2d.eval.datasets import DatasetError, load_dataset
+    from as2d.models.bundled import cache_root
+
+    if args.limit is not None and args.limit < 1:
+        raise UsageError("--limit must be at least 1")
+    try:
+        cache = args.cache or cache_root() / "datasets"
+        recordings = load_dataset(args.dataset, cache)[: args.limit]
+        methods, drafters = _items(args.methods), _items(args.drafters)
+        budgets = [parse_budget(b) for b in _items(args.budgets)]
+    except (DatasetError, ValueError) as err:
+        raise UsageError(str(err)) from err
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        raise UsageError(f"unknown method {unknown[0]!r}; choose from {', '.join(METHODS)}")
+    languages = {r.language for r in recordings}
+    language = args.language or (languages.pop() if len(languages) == 1 else None)
+    base = Options(
+        target=args.target,
+        language=language,
+        task=args.task,
+        device=args.device,
+        dtype=args.dtype,
+        drafts="off",  # a benchmark's drafter drafts: stored drafts would skew its numbers
+        # bench: timed apart from decoding (WindowResult.align_s); exactness times nothing
+        timestamps=getattr(args, "timestamps", "none"),
+    )
+    return recordings, catalog(methods, drafters, budgets, len(os.sched_getaffinity(0))), base
+
+
+def _items(text: str) -> list[str]:
+    """ "a, b,,c" -> ["a", "b", "c"]."""
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def prepare_output_dir(out_dir: Path | None, skip_existing: bool) -> Path | None:
+    if out_dir is None:
+        if skip_existing:
+            raise UsageError("--skip-existing needs --output-dir")
+        return None
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UsageError(f"cannot create output directory {out_dir}: {err.strerror}") from err
+    if not os.access(out_dir, os.W_OK | os.X_OK):
+        raise UsageError(f"output directory {out_dir} is not writable")
+    return out_dir
+
+
+def check_distinct_outputs(files: Sequence[str], out_dir: Path, fmt: str) -> None:
+    """Two inputs with the same name (es/a.wav, fr/a.wav) must not overwrite one output."""
+    seen: dict[Path, str] = {}
+    for file in files:
+        path = output_path(file, out_dir, fmt)
+        if path in seen and Path(seen[path]).resolve() != Path(file).resolve():
+            raise UsageError(f"{seen[path]} and {file} would both be written to {path}")
+        seen[path] = file
+
+
+def skip(file: str, out_dir: Path, args: argparse.Namespace) -> bool:
+    return bool(args.skip_existing and output_path(file, out_dir, args.format).exists())
+
+
+def transcribe_one(
+    transcriber: Transcriber, file: str, out_dir: Path | None, args: argparse.Namespace
+) -> bool:
+    """Transcribe one file and write or print it; report a failure in one line."""
+    from as2d.api import FILE_ERRORS, file_failure
+    from as2d.eval.timeline import timeline_path, write_timeline
+
+    try:
+        result = run_with_progress(transcriber, file, args.no_progress, args.prompt)
+        content = render(result, args.format)
+        if out_dir is None:
+            sys.stdout.write(content)
+            sys.stdout.flush()
+        else:
+            write_atomic(output_path(file, out_dir, args.format), content)
+        if args.timeline is not None:
+            path = timeline_path(args.timeline, file, several=len(args.files) > 1)
+            write_timeline(transcriber, result, path)
+    except FILE_ERRORS as err:
+        fail(file_failure(file, err), EXIT_USAGE)
+        if os.environ.get("AS2D_DEBUG"):
+            raise
+        return False
+    s = result.stats
+    print(
+        f"{file}: {s.audio_s:.1f} s of audio in {s.wall_s:.2f} s "
+        f"(RTF {s.rtf:.3f}, {s.tokens_per_s:.1f} tokens/s, {s.tokens} tokens)",
+        file=sys.stderr,
+    )
+    return True
+
+
+def run_with_progress(
+    transcriber: Transcriber, file: str, quiet: bool, previous: str | None = None
+) -> FileResult:
+    from tqdm import tqdm
+
+    from as2d.audio.load import audio_duration
+
+    total = audio_duration(file)
+    with tqdm(total=round(total, 1), unit="s", desc=Path(file).name, disable=quiet or None) as bar:
+        return transcriber.transcribe_file(
+            file, previous, lambda window: bar.update(round(window.end - bar.n, 1))
+        )
