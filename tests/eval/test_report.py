@@ -149,3 +149,31 @@ def test_each_subset_is_reported_against_the_whole_sets_baseline():
     assert "## Per subset" in report
     assert "| configuration | short (0.0 min, 1 windows) | varied (0.0 min, 2 windows) |" in report
     assert "| as2d whisper-tiny.en k=auto | 0.50x / 100.0 % | 1.00x / 50.0 % |" in report
+
+
+def test_windows_decoded_as_target_only_are_counted_apart_from_the_slower_share():
+    def alone(index: int, seconds: float) -> WindowResult:  # no candidate, every step alone
+        return WindowResult(index, index, index + 1, "", [1, 2], 0.0, seconds, 0, 2, alone=2)
+
+    def auto(repeat: int, first: WindowResult) -> RecordingRun:
+        windows = [first, alone(1, 1.1), WindowResult(2, 2, 3, "", [5, 6], 0.0, 0.5, 1, 0, 1)]
+        return RecordingRun(AUTO, REC, repeat, 0, 1, windows, RunStats(1, 3, 6, 0, 0), 0.0)
+
+    same = [[1, 2], [1, 2], [5, 6]]
+    b = BenchRun([T1, AUTO], [REC], audio_s=3.0)
+    b.runs = [
+        run(T1, [1.0, 1.0, 1.0], same),
+        run(T1, [1.0, 1.0, 1.0], same, repeat=1),
+        auto(0, alone(0, 1.2)),  # window 0: alone in one repeat, a verify pass in the other
+        auto(1, WindowResult(0, 0, 1, "", [1, 2], 0.0, 1.2, 1, 1, 1)),
+    ]
+    m = measured(b)
+    rows = {r.name: r for r in summarise(b, m)}
+    a = rows["as2d whisper-tiny.en k=auto"]
+    assert a.frac_windows_slower == pytest.approx(2 / 3)  # windows 0 and 1
+    assert a.frac_windows_alone == pytest.approx(1 / 3)  # window 1 only, in every repeat
+    assert a.frac_others_slower == pytest.approx(1 / 2)  # window 0 of windows 0 and 2
+    assert rows["target 1t"].frac_windows_alone == 0.0  # target-only has nothing apart
+    content = summary(b, m, list(rows.values()), RunInfo("whisper-base", "set", "bench", 2))
+    report = render_report(content, list(rows.values()), b)
+    assert "| 66.7 % (33 % alone; 50.0 % of the rest) |" in report

@@ -4,8 +4,10 @@ figures of `summary.py`."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from as2d.eval.bench import BenchRun
 from as2d.eval.plots import plot_cdf, plot_speedups
@@ -112,10 +114,22 @@ def table(rows: Sequence[ConfigSummary]) -> str:
         error = "-" if r.wer is None else f"{100 * r.wer:.1f}"
         lines.append(
             f"| {r.name} | {r.pooled_tokens_per_s:.1f} | {r.speedup:.2f}x | "
-            f"{100 * r.frac_windows_slower:.1f} % | {'yes' if r.identical else 'NO'} | "
+            f"{slower_cell(asdict(r))} | {'yes' if r.identical else 'NO'} | "
             f"{error} | {r.mean_accepted:.2f} |"
         )
     return "\n".join(lines)
+
+
+def slower_cell(config: Mapping[str, Any]) -> str:
+    """A configuration's share of windows slower; where it decoded some as target-only
+    decodes them (alone: their times differ by noise only), that share and the others'."""
+    cell = f"{100 * config['frac_windows_slower']:.1f} %"
+    alone, others = config.get("frac_windows_alone", 0.0), config.get("frac_others_slower")
+    if alone and others is not None:
+        cell += f" ({100 * alone:.0f} % alone; {100 * others:.1f} % of the rest)"
+    elif alone:
+        cell += " (all alone)"
+    return cell
 
 
 def subset_table(content: dict[str, object]) -> list[str]:
@@ -141,7 +155,7 @@ def subset_table(content: dict[str, object]) -> list[str]:
     cells: dict[str, list[str]] = {}
     for part in subsets.values():
         for c in part["configs"]:
-            cell = f"{c['speedup']:.2f}x / {100 * c['frac_windows_slower']:.1f} %"
+            cell = f"{c['speedup']:.2f}x / {slower_cell(c)}"
             cells.setdefault(c["name"], []).append(cell)
     lines += [f"| {name} | {' | '.join(row)} |" for name, row in cells.items()]
     return lines

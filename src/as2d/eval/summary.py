@@ -7,8 +7,12 @@ configuration and for the oracle alike, so the figures compare on one footing (r
 the audio file and finding the windows is the same work for every method and is left out;
 so are word timings, `--timestamps`, reported apart as `timestamps`).
 The baseline is the faster target-only configuration; a window is slower when its time
-exceeds the baseline's on the same window; `identical` means every window of every repeat
-has the same tokens as target-only with the same thread count (else the baseline).
+exceeds the baseline's on the same window. Windows that a speculative configuration decoded
+exactly as target-only does (no candidate verified, every step on every core: as2d's gate
+kept them from the drafter) are counted apart, since their time differs from the baseline's
+by noise alone, and the share slower is also given for the other windows. `identical`
+means every window of every repeat has the same tokens as target-only with the same
+thread count (else the baseline).
 When the recordings belong to subsets (the manifest's "subset"), every subset gets the same
 figures on its own windows, against the same baseline.
 """
@@ -46,6 +50,8 @@ class ConfigSummary:
     threads: int | None
     tokens: int
     seconds: float
+    frac_windows_alone: float = 0.0  # decoded as target-only decodes them (see the docstring)
+    frac_others_slower: float | None = None  # of the other windows, the share slower; None: none
 
 
 @dataclass
@@ -108,7 +114,9 @@ def summarise(bench: BenchRun, m: Measured) -> list[ConfigSummary]:
         verify = sum(w.verify_passes for w in windows)
         mine = m.times[config.name]
         rate = pooled_tokens_per_s(m.tokens, mine)
-        slower = sum(mine[key] > m.times[m.baseline.name][key] for key in mine)
+        slower = {key for key in mine if mine[key] > m.times[m.baseline.name][key]}
+        alone = _decoded_as_target_only(runs) if config.method != TARGET_ONLY else set()
+        others = len(mine) - len(alone)
         rows.append(
             ConfigSummary(
                 method=config.method,
@@ -116,7 +124,7 @@ def summarise(bench: BenchRun, m: Measured) -> list[ConfigSummary]:
                 budget=config.budget_label,
                 pooled_tokens_per_s=rate,
                 speedup=rate / base_rate if base_rate > 0 else 0.0,
-                frac_windows_slower=slower / len(mine) if mine else 0.0,
+                frac_windows_slower=len(slower) / len(mine) if mine else 0.0,
                 identical=_identical(bench, config, _reference(bench, config, m.baseline)),
                 wer=_wer([r for r in runs if r.repeat == 0]),
                 mean_accepted=sum(w.accepted_tokens for w in windows) / verify if verify else 0.0,
@@ -124,9 +132,23 @@ def summarise(bench: BenchRun, m: Measured) -> list[ConfigSummary]:
                 threads=runs[0].threads if runs else config.threads,
                 tokens=sum(m.tokens[key] for key in mine),
                 seconds=sum(mine.values()),
+                frac_windows_alone=len(alone) / len(mine) if mine else 0.0,
+                frac_others_slower=len(slower - alone) / others if others else None,
             )
         )
     return rows
+
+
+def _decoded_as_target_only(runs: Sequence[RecordingRun]) -> set[WindowKey]:
+    """The windows that every repeat of a speculative configuration decoded as target-only on
+    every core decodes them: no candidate verified, every step taken on every core."""
+    plain: dict[WindowKey, bool] = {}
+    for run in runs:
+        for w in run.windows:
+            key = (run.recording.name, w.index)
+            alone = w.verify_passes == 0 and w.alone >= w.plain_steps
+            plain[key] = plain.get(key, True) and alone
+    return {key for key, alone in plain.items() if alone}
 
 
 def subset_summaries(bench: BenchRun, m: Measured) -> dict[str, dict[str, object]]:
