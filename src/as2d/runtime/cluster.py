@@ -82,15 +82,23 @@ class FileWorker:
     """A Ray actor: one Transcriber on `cpus` CPUs, decoding one file at a time. Threaded
     (two calls at once), so that `progress` answers while `transcribe` runs."""
 
-    def __init__(self, options: Options, fmt: str, previous: str | None) -> None:
+    def __init__(self, options: Options, fmt: str, previous: str | None, longest_s: float) -> None:
+        from as2d.engine.gate import drafting_may_pay
+        from as2d.models.bundled import cache_root
         from as2d.options import drafter_spec
         from as2d.runtime.drafter import start_drafter
 
         self.fmt, self.previous = fmt, previous
-        drafter = start_drafter(drafter_spec(options))  # before torch: both load side by side
+        # As a one-off command: no drafter process where no file (the longest is `longest_s`)
+        # is long enough for drafting to pay by this node's costs; else it starts before
+        # torch is imported, so that both load side by side.
+        spawn = drafting_may_pay(options, cache_root(), [longest_s])
+        drafter = start_drafter(drafter_spec(options)) if spawn else None
         from as2d.api import Transcriber
 
-        self.transcriber = Transcriber(options, drafter_process=drafter, warm=False)
+        self.transcriber = Transcriber(
+            options, drafter_process=drafter, spawn_drafter=spawn, warm=False
+        )
         self.done_s = 0.0  # audio seconds of the current file decoded so far
 
     def pid(self) -> int:
@@ -169,7 +177,8 @@ def transcribe_on_ray(
         cpus = int(ray.cluster_resources().get("CPU", 0))
         workers = max(1, min(len(tasks), cpus // cpus_per_worker))
         actor = ray.remote(num_cpus=cpus_per_worker, max_concurrency=2)(FileWorker)
-        job = _Job(ray, actor, worker_threads(options, cpus_per_worker), fmt, previous)
+        longest = max((task.audio_s for task in tasks), default=0.0)
+        job = _Job(ray, actor, worker_threads(options, cpus_per_worker), fmt, previous, longest)
         return job.run(tasks, workers, progress or _ignore, report or _ignore)
     finally:
         ray.shutdown()
@@ -183,9 +192,17 @@ class _Job:
     """The driver's loop: idle workers get the next file, finished files are written, lost
     workers are replaced and their files queued again."""
 
-    def __init__(self, ray: Any, actor: Any, options: Options, fmt: str, previous: str | None):
+    def __init__(
+        self,
+        ray: Any,
+        actor: Any,
+        options: Options,
+        fmt: str,
+        previous: str | None,
+        longest_s: float,
+    ):
         self.ray, self.actor, self.options = ray, actor, options
-        self.fmt, self.previous = fmt, previous
+        self.fmt, self.previous, self.longest_s = fmt, previous, longest_s
         self.starting: dict[Any, Any] = {}  # pid() ref -> worker loading its models
         self.idle: list[Any] = []
         self.busy: dict[Any, tuple[Any, FileTask]] = {}  # transcribe() ref -> (worker, task)
@@ -233,7 +250,7 @@ class _Job:
         return run
 
     def _start_worker(self) -> None:
-        worker = self.actor.remote(self.options, self.fmt, self.previous)
+        worker = self.actor.remote(self.options, self.fmt, self.previous, self.longest_s)
         self.starting[worker.pid.remote()] = worker
 
     def _started(self, ref: Any, run: ClusterRun) -> None:
