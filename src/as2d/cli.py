@@ -21,6 +21,7 @@ from types import FrameType
 # answers at once, and each command imports the library modules it uses when it runs.
 from as2d import commands
 from as2d.commands import EXIT_INTERRUPTED, EXIT_USAGE, UsageError, fail
+from as2d.eval import commands as eval_commands
 from as2d.eval.catalog import DRAFTERS
 from as2d.models.bundled import ModelNotFoundError
 from as2d.options import (
@@ -206,11 +207,11 @@ def run_command(argv: Sequence[str] | None) -> int:
     if args.command == "models":
         return commands.list_models()
     if args.command == "compare":
-        return commands.compare_methods(args)
+        return eval_commands.compare_methods(args)
     if args.command == "bench":
-        return commands.bench_dataset(args)
+        return eval_commands.bench_dataset(args)
     if args.command == "exactness":
-        return commands.exactness_dataset(args)
+        return eval_commands.exactness_dataset(args)
     if args.command == "serve":
         return commands.serve(args)
     if args.command == "draft":
