@@ -21,6 +21,7 @@ from types import FrameType
 # answers at once, and each command imports the library modules it uses when it runs.
 from as2d import commands
 from as2d.commands import EXIT_INTERRUPTED, EXIT_USAGE, UsageError, fail
+from as2d.drafting.family import DEFAULT_TAIL_S
 from as2d.eval import commands as eval_commands
 from as2d.eval.catalog import DRAFTERS
 from as2d.models.bundled import ModelNotFoundError
@@ -110,7 +111,16 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--drafter",
         default="auto",
-        help="drafter model or ct2:NAME; auto: whisper-tiny.en, ct2:whisper-base to translate",
+        help="auto (default): whisper-tiny.en for English windows, whisper-base for others, "
+        "ct2:whisper-base to translate; or a Whisper model, or ct2:NAME (CTranslate2 int8)",
+    )
+    parser.add_argument(
+        "--drafter-tail",
+        default=DEFAULT_TAIL_S,
+        type=tail,
+        metavar="S|full",
+        help=f"silence after the speech the drafter's encoder reads (default {DEFAULT_TAIL_S}); "
+        "full: Whisper's 30 s",
     )
     parser.add_argument("--budget", default="auto", type=budget, help="auto, or a fixed k (0-16)")
     parser.add_argument("--temperature", type=float, default=0.0, help="0: greedy (default)")
@@ -179,6 +189,21 @@ def budget(value: str) -> int | None:
         return parse_budget(value)
     except ValueError as err:
         raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def tail(value: str) -> float | None:
+    """`full` -> None (Whisper's 30 s); seconds >= 0 -> the drafter's tail after the speech."""
+    if value == "full":
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds <= 30:
+        raise argparse.ArgumentTypeError(
+            f"the tail is seconds from 0 to 30, or full, got {value!r}"
+        )
+    return seconds
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -158,6 +158,7 @@ def model_options(args: argparse.Namespace) -> Options:
         seed=args.seed,
         threads=args.threads,
         drafter_threads=args.drafter_threads,
+        drafter_tail_s=args.drafter_tail,
         drafts=args.drafts,
         drafts_dir=args.store,
         timestamps=timestamps(args),

@@ -16,12 +16,12 @@ import hashlib
 import json
 import os
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
+from as2d.drafting.family import DraftModel, draft_audio
 from as2d.options import Options, drafter_spec
-from as2d.runtime.spec import CT2_PREFIX, DrafterSpec
+from as2d.runtime.spec import DrafterSpec
 from as2d.types import Window
 from as2d.writers import write_atomic
 
@@ -138,34 +138,30 @@ class AheadDrafter:
     def __init__(self, store: DraftStore, spec: DrafterSpec) -> None:
         self.store = store
         self.spec = spec
-        self._model: Any = None
+        self._model: DraftModel | None = None
 
     def draft(self, audio: Path) -> None:
         """Drafts `audio` unless its drafts are stored already."""
         key = self.store.key(audio, self.spec)
         if self.store.load(key) is None:
             self._model = self._model or load_drafter(self.spec)
-            self.store.save(key, make_drafts(audio, self._model) or [])
+            self.store.save(key, make_drafts(audio, self._model, self.spec) or [])
 
 
-def load_drafter(spec: DrafterSpec) -> Any:
+def load_drafter(spec: DrafterSpec) -> DraftModel:
     """`spec`'s drafter model in this process, on `spec.threads` threads (`make_drafts`)."""
-    from as2d.models.bundled import ct2_dir
-    from as2d.runtime.worker import make_drafter
-
-    ct2 = spec.ct2_model
-    if ct2 is not None and not Path(ct2).is_dir():
-        spec = replace(spec, name=CT2_PREFIX + str(ct2_dir(ct2)))
-    return make_drafter(spec)
+    return spec.family.load(spec)
 
 
 def make_drafts(
     audio: Path,
-    drafter: Any,
+    drafter: DraftModel,
+    spec: DrafterSpec,
     stop: Callable[[], bool] = lambda: False,
     done: list[StoredDraft] | None = None,
 ) -> list[StoredDraft] | None:
-    """Drafts every speech window of `audio` with `drafter` (`load_drafter`) after those in
+    """Drafts every speech window of `audio` with `drafter` (`load_drafter(spec)`, whose
+    encoder input and language `spec` gives) after those in
     `done` (appended to as windows finish). `stop()` is asked before each window: None once it
     answers True, the windows drafted so far kept in `done` to resume from."""
     from as2d.audio.windows import iter_windows
@@ -176,6 +172,7 @@ def make_drafts(
             continue  # drafted before a stop
         if stop():
             return None
-        texts = [text for _, text in drafter.texts(drafter.encode(window.audio))]
+        encoded = drafter.encode(draft_audio(window, spec.tail_s), spec.language)
+        texts = [text for _, text in drafter.texts(encoded)]
         drafts.append(StoredDraft(window.start, window.end, texts[-1] if texts else ""))
     return drafts
