@@ -307,7 +307,9 @@ def other_language(request: pytest.FixtureRequest) -> tuple[dict[str, Run], dict
     it, and must draft them in that language (whisper-base detects it), not in English."""
     recording = {f"asterisk-{request.param}": joined(sorted((CLIPS / request.param).glob("*.wav")))}
     expected = decode_all(Options(target="whisper-base", method="target", threads=1), recording)
-    got = decode_all(Options(target="whisper-base", method="as2d", draft_gate=False), recording)
+    # Every window drafted, and the drafter keeps its cores: its drafts land whatever the load.
+    drafting = Options(target="whisper-base", method="as2d", draft_gate=False, lend_cores=False)
+    got = decode_all(drafting, recording)
     return expected, got
 
 
