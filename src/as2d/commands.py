@@ -17,8 +17,6 @@ from typing import TYPE_CHECKING
 
 # Only what every command needs is imported here (no torch, no transformers): each one
 # imports the library modules it uses when it runs.
-from as2d.engine.gate import drafting_may_pay
-from as2d.models.bundled import cache_root
 from as2d.options import (
     Options,
     check,
@@ -26,7 +24,7 @@ from as2d.options import (
     has_transcript_to_time,
 )
 from as2d.runtime.drafter import start_drafter
-from as2d.runtime.drafts import stored_drafts
+from as2d.runtime.drafts import drafter_needed
 from as2d.writers import FileResult, output_path, render, write_atomic
 
 if TYPE_CHECKING:
@@ -223,11 +221,10 @@ def open_transcriber(options: Options, files: Sequence[str]) -> Transcriber:
     torch is imported here, so that both load side by side, and no warm-up passes that only
     serve timing are run (see `Transcriber`). Where every file's drafts are stored (`as2d
     draft`) or no file is long enough for drafting to pay on this machine
-    (`drafting_may_pay`), no drafter process starts at all."""
+    (`drafter_needed`), no drafter process starts at all."""
     try:
         check(options)  # before a drafter is started for nothing
-        stored = all(stored_drafts(options, file) is not None for file in files)
-        spawn = not stored and drafting_may_pay(options, cache_root(), _durations(files))
+        spawn = drafter_needed(options, files, _durations(files))
         drafter = start_drafter(drafter_spec(options)) if spawn else None
     except ValueError as err:
         raise UsageError(str(err)) from err

@@ -131,6 +131,19 @@ def stored_drafts(options: Options, audio: object) -> Drafts | None:
     return store.load(store.key(Path(audio), spec))
 
 
+def drafter_needed(options: Options, files: Sequence[str], seconds: Iterable[float]) -> bool:
+    """Whether a command over `files` (`seconds` long) should start a drafter process: not
+    where every file's drafts are stored (`as2d draft`), nor where none is long enough for
+    drafting to pay on this machine (`drafting_may_pay`). The command line and each Ray
+    worker ask it alike."""
+    from as2d.engine.gate import drafting_may_pay
+    from as2d.models.bundled import cache_root
+
+    if all(stored_drafts(options, file) is not None for file in files):
+        return False
+    return drafting_may_pay(options, cache_root(), seconds)
+
+
 class AheadDrafter:
     """`spec`'s drafter in this process, loaded on first need, drafting files into `store`
     (`as2d draft`, `as2d bench --drafts ready`)."""
