@@ -174,7 +174,7 @@ def add_exactness_parser(commands: argparse._SubParsersAction) -> None:
     check.add_argument("--device", default="cpu", help="the target's device: cpu or cuda[:N]")
     check.add_argument("--dtype", default=None, choices=DTYPES, help="the target's weights")
     check.add_argument("--methods", default="target,as2d,pld,sd", help="comma-separated")
-    check.add_argument("--drafters", default="whisper-tiny.en,ct2:whisper-tiny.en")
+    check.add_argument("--drafters", default="auto,ct2:whisper-tiny.en")
     check.add_argument("--budgets", default="auto", help="comma-separated: auto or k")
     check.add_argument("--language", default=None, help="default: the dataset's, else detect")
     check.add_argument("--task", default="transcribe", choices=("transcribe", "translate"))
