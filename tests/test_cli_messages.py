@@ -1,0 +1,59 @@
+"""What the `as2d` command says and leaves behind, run as a user runs it (a subprocess): bad
+files in words, a closed pipe, output paths that cannot be written."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+
+DATA = Path(__file__).parent / "data" / "asterisk" / "en"
+CLIP = DATA / "vm-newuser.wav"
+CLIPS = [CLIP, DATA / "demo-nogo.wav", DATA / "dir-intro.wav"]
+FAST = ["--target", "whisper-tiny.en", "--method", "target", "--no-progress"]
+
+
+def as2d(*args: object, **popen: object) -> subprocess.CompletedProcess[str]:
+    """`as2d ARGS` in a fresh process; its output as text."""
+    command = [sys.executable, "-m", "as2d.cli", *map(str, args)]
+    return subprocess.run(command, capture_output=True, text=True, timeout=300, **popen)
+
+
+def damaged_mp3(path: Path) -> Path:
+    """CLIP as an MP3 with 2000 random bytes in its middle: libmpg123 (libsndfile's MP3
+    decoder) prints four lines of its own about it to the process's stderr."""
+    import av
+
+    audio, rate = sf.read(CLIP, dtype="float32")
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("mp3", rate=rate, layout="mono")
+        frame = av.AudioFrame.from_ndarray(audio[None], format="flt", layout="mono")
+        frame.sample_rate = rate
+        to_codec = av.AudioResampler(format=stream.format.name, layout="mono", rate=rate)
+        for converted in [*to_codec.resample(frame), *to_codec.resample(None), None]:
+            for packet in stream.encode(converted):
+                container.mux(packet)
+    data = bytearray(path.read_bytes())
+    middle = len(data) // 2
+    data[middle : middle + 2000] = np.random.default_rng(0).bytes(2000)
+    path.write_bytes(bytes(data))
+    return path
+
+
+def test_bad_files_are_told_in_words_once_each(tmp_path):
+    """No errno, no decoder library's own lines: one line per file, saying what is wrong."""
+    notes = tmp_path / "notes.wav"
+    notes.write_text("this is not audio\n")
+    empty = tmp_path / "empty.flac"
+    empty.write_bytes(b"")
+    proc = as2d("transcribe", *FAST, notes, damaged_mp3(tmp_path / "damaged.mp3"), empty)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.splitlines() == [
+        f"as2d: error: {notes}: not an audio file that as2d can decode "
+        "(an unknown format, or damaged)",
+        f"as2d: error: {tmp_path / 'damaged.mp3'}: damaged or truncated audio data",
+        f"as2d: error: {empty}: empty file (0 bytes)",
+    ]
