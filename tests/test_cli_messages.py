@@ -57,3 +57,18 @@ def test_bad_files_are_told_in_words_once_each(tmp_path):
         f"as2d: error: {tmp_path / 'damaged.mp3'}: damaged or truncated audio data",
         f"as2d: error: {empty}: empty file (0 bytes)",
     ]
+
+
+def test_a_closed_pipe_stops_the_run_at_once_and_quietly():
+    """`as2d transcribe A B C | head -c 10`: once the reader has gone, no more files are
+    decoded and nothing is said about it; exit 141, as a shell reports a tool SIGPIPE ended."""
+    command = [sys.executable, "-m", "as2d.cli", "transcribe", *FAST, *map(str, CLIPS)]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.read(10) == "Welcome to"
+    proc.stdout.close()
+    err = proc.stderr.read()
+    assert proc.wait(timeout=300) == 141
+    # the first file's report at most (it may be written before the pipe closes); the
+    # second file may have been decoded by then, never the third
+    assert all(line.startswith(f"{CLIP}: ") for line in err.splitlines()), err

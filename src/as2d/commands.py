@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import select
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
 
 EXIT_OK, EXIT_SOME_FAILED, EXIT_USAGE = 0, 1, 2
 EXIT_INTERRUPTED = 128 + 2  # Ctrl-C: 128 + SIGINT, as a shell reports a process it ended
+EXIT_BROKEN_PIPE = 128 + 13  # stdout's reader has gone: 128 + SIGPIPE, as for `yes | head`
 
 
 class UsageError(Exception):
@@ -43,6 +45,18 @@ class UsageError(Exception):
 def fail(message: str, code: int) -> int:
     print(f"as2d: error: {message}", file=sys.stderr)
     return code
+
+
+def stdout_gone() -> bool:
+    """Whether stdout is a pipe whose reader has gone (`as2d transcribe ... | head` has read
+    its fill): poll reports an error on it before anything more is written."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a file (replaced, or closed)
+        return False
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    return any(events & select.POLLERR for _, events in poller.poll(0))
 
 
 def quiet_transformers() -> None:
@@ -288,10 +302,13 @@ def skip(file: str, out_dir: Path, args: argparse.Namespace) -> bool:
 def transcribe_one(
     transcriber: Transcriber, file: str, out_dir: Path | None, args: argparse.Namespace
 ) -> bool:
-    """Transcribe one file and write or print it; report a failure in one line."""
+    """Transcribe one file and write or print it; report a failure in one line. Where stdout's
+    reader has gone, raises BrokenPipeError before decoding: the command ends (`cli.main`)."""
     from as2d.api import FILE_ERRORS, file_failure
     from as2d.eval.timeline import timeline_path, write_timeline
 
+    if out_dir is None and stdout_gone():
+        raise BrokenPipeError("stdout's reader has gone")
     try:
         result = run_with_progress(transcriber, file, args.no_progress, args.prompt)
         content = render(result, args.format)
@@ -303,6 +320,8 @@ def transcribe_one(
         if args.timeline is not None:
             path = timeline_path(args.timeline, file, several=len(args.files) > 1)
             write_timeline(transcriber, result, path)
+    except BrokenPipeError:
+        raise  # stdout's reader has gone: not this file's failure
     except FILE_ERRORS as err:
         fail(file_failure(file, err), EXIT_USAGE)
         if os.environ.get("AS2D_DEBUG"):
