@@ -72,3 +72,28 @@ def test_a_closed_pipe_stops_the_run_at_once_and_quietly():
     # the first file's report at most (it may be written before the pipe closes); the
     # second file may have been decoded by then, never the third
     assert all(line.startswith(f"{CLIP}: ") for line in err.splitlines()), err
+
+
+def test_a_timeline_that_cannot_be_written_is_a_usage_error_before_decoding(tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    for timeline in (blocker / "x.png", tmp_path / "missing" / "x.png"):
+        proc = as2d("transcribe", *FAST, CLIP, "--timeline", timeline)
+        assert proc.returncode == 2 and proc.stdout == "", proc.stderr  # nothing decoded
+        assert proc.stderr.splitlines() == [
+            f"as2d: error: --timeline {timeline}: {timeline.parent} is not a folder"
+        ]
+
+
+def test_a_timeline_that_fails_leaves_the_transcript_and_a_warning(tmp_path):
+    """The picture fails after the transcript is written (its name is taken by a folder): the
+    file is transcribed all the same, and the warning names the picture, not our temporary."""
+    (tmp_path / "x.png").mkdir()
+    out = tmp_path / "out"
+    proc = as2d("transcribe", *FAST, CLIP, "-o", out, "--timeline", tmp_path / "x.png")
+    assert proc.returncode == 0, proc.stderr
+    assert (out / "vm-newuser.txt").read_text().startswith("Welcome to Comedian Mail.")
+    warning, report = proc.stderr.splitlines()
+    assert warning == f"as2d: warning: {CLIP}: no timeline at {tmp_path / 'x.png'}: Is a directory"
+    assert report.startswith(f"{CLIP}: ")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "x.png"]  # no temporary left

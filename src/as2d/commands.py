@@ -81,6 +81,7 @@ def list_models() -> int:
 def transcribe_files(args: argparse.Namespace) -> int:
     args.files = expand_inputs(args.files)
     out_dir = prepare_output_dir(args.output_dir, args.skip_existing)
+    check_timeline(args.timeline)
     if out_dir is not None:
         check_distinct_outputs(args.files, out_dir, args.format)
     options = model_options(args)
@@ -285,6 +286,16 @@ def prepare_output_dir(out_dir: Path | None, skip_existing: bool) -> Path | None
     return out_dir
 
 
+def check_timeline(path: Path | None) -> None:
+    """--timeline's folder exists and is writable: found before any decoding, not after."""
+    if path is None:
+        return
+    if not path.parent.is_dir():
+        raise UsageError(f"--timeline {path}: {path.parent} is not a folder")
+    if not os.access(path.parent, os.W_OK | os.X_OK):
+        raise UsageError(f"--timeline {path}: the folder {path.parent} is not writable")
+
+
 def check_distinct_outputs(files: Sequence[str], out_dir: Path, fmt: str) -> None:
     """Two inputs with the same name (es/a.wav, fr/a.wav) must not overwrite one output."""
     seen: dict[Path, str] = {}
@@ -305,7 +316,6 @@ def transcribe_one(
     """Transcribe one file and write or print it; report a failure in one line. Where stdout's
     reader has gone, raises BrokenPipeError before decoding: the command ends (`cli.main`)."""
     from as2d.api import FILE_ERRORS, file_failure
-    from as2d.eval.timeline import timeline_path, write_timeline
 
     if out_dir is None and stdout_gone():
         raise BrokenPipeError("stdout's reader has gone")
@@ -317,9 +327,6 @@ def transcribe_one(
             sys.stdout.flush()
         else:
             write_atomic(output_path(file, out_dir, args.format), content)
-        if args.timeline is not None:
-            path = timeline_path(args.timeline, file, several=len(args.files) > 1)
-            write_timeline(transcriber, result, path)
     except BrokenPipeError:
         raise  # stdout's reader has gone: not this file's failure
     except FILE_ERRORS as err:
@@ -327,6 +334,8 @@ def transcribe_one(
         if os.environ.get("AS2D_DEBUG"):
             raise
         return False
+    if args.timeline is not None:
+        draw_timeline(transcriber, result, args.timeline, several=len(args.files) > 1)
     s = result.stats
     print(
         f"{file}: {s.audio_s:.1f} s of audio in {s.wall_s:.2f} s "
@@ -334,6 +343,21 @@ def transcribe_one(
         file=sys.stderr,
     )
     return True
+
+
+def draw_timeline(
+    transcriber: Transcriber, result: FileResult, timeline: Path, several: bool
+) -> None:
+    """--timeline: the picture of the run that made `result`. One that cannot be drawn is a
+    warning: the transcript is there all the same."""
+    from as2d.eval.timeline import timeline_path, write_timeline
+
+    path = timeline_path(timeline, result.file, several)
+    try:
+        write_timeline(transcriber, result, path)
+    except (OSError, ValueError) as err:  # not the temporary file's name: what went wrong
+        reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+        print(f"as2d: warning: {result.file}: no timeline at {path}: {reason}", file=sys.stderr)
 
 
 def run_with_progress(
