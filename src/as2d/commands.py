@@ -145,7 +145,7 @@ def transcribe_on_cluster(
             run = transcribe_on_ray(
                 args.ray, options, tasks, args.format, args.ray_cpus_per_worker, args.prompt,
                 progress=lambda done: bar.update(round(min(done, total) - bar.n, 1)),
-                report=bar.write if not args.no_progress else print_line,
+                report=print_line,
             )  # fmt: skip
     except (RayUnavailableError, ValueError) as err:
         raise UsageError(str(err)) from err
