@@ -255,6 +255,8 @@ def _open_av(path: Path) -> av.container.InputContainer:
         raise AudioError(
             f"{path}: not an audio file that as2d can decode (an unknown format, or damaged)"
         ) from error
+    except av.error.EOFError as error:
+        raise AudioError(f"{path}: truncated (the file ends before its audio)") from error
     except av.FFmpegError as error:  # reading failed: permission denied, I/O error, ...
         raise AudioError(f"{path}: cannot be read ({error.strerror})") from error
     if not container.streams.audio or not container.streams.audio[0].sample_rate:
