@@ -3,6 +3,7 @@ files in words, a closed pipe, output paths that cannot be written."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -16,10 +17,10 @@ CLIPS = [CLIP, DATA / "demo-nogo.wav", DATA / "dir-intro.wav"]
 FAST = ["--target", "whisper-tiny.en", "--method", "target", "--no-progress"]
 
 
-def as2d(*args: object, **popen: object) -> subprocess.CompletedProcess[str]:
+def as2d(*args: object, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     """`as2d ARGS` in a fresh process; its output as text."""
     command = [sys.executable, "-m", "as2d.cli", *map(str, args)]
-    return subprocess.run(command, capture_output=True, text=True, timeout=300, **popen)
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout)
 
 
 def damaged_mp3(path: Path) -> Path:
@@ -97,3 +98,13 @@ def test_a_timeline_that_fails_leaves_the_transcript_and_a_warning(tmp_path):
     assert warning == f"as2d: warning: {CLIP}: no timeline at {tmp_path / 'x.png'}: Is a directory"
     assert report.startswith(f"{CLIP}: ")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "x.png"]  # no temporary left
+
+
+def test_serve_on_a_port_in_use_is_a_usage_error_before_the_models_load():
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        proc = as2d("serve", "--port", port, "--target", "whisper-tiny.en", timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [
+        f"as2d: error: cannot listen on 127.0.0.1:{port}: Address already in use"
+    ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import select
+import socket
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
@@ -226,11 +227,24 @@ def serve(args: argparse.Namespace) -> int:
         check(options)
     except ValueError as err:
         raise UsageError(str(err)) from err
+    check_address(args.host, args.port)
     from as2d.server import serve as run_server
 
     quiet_transformers()
     run_server(options, args.host, args.port, args.max_upload_mb, args.queue)
     return EXIT_OK
+
+
+def check_address(host: str, port: int) -> None:
+    """`as2d serve` can listen on host:port (free, allowed): found before the models load,
+    in words, not after them in uvicorn's errno."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+            probe.bind((host, port))
+    except OSError as err:
+        raise UsageError(f"cannot listen on {host}:{port}: {err.strerror}") from err
 
 
 def open_transcriber(options: Options, files: Sequence[str]) -> Transcriber:
