@@ -53,9 +53,9 @@ def stdout_gone() -> bool:
     its fill): poll reports an error on it before anything more is written."""
     try:
         fd = sys.stdout.fileno()
-    except (AttributeError, OSError, ValueError):  # not a file (replaced, or closed)
+        poller = select.poll()
+    except (AttributeError, OSError, ValueError):  # not a file (replaced, closed); no poll
         return False
-    poller = select.poll()
     poller.register(fd, select.POLLOUT)
     return any(events & select.POLLERR for _, events in poller.poll(0))
 

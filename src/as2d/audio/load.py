@@ -152,7 +152,8 @@ def _checked_path(source: str | Path) -> Path:
 @contextmanager
 def _quiet_stderr() -> Iterator[None]:
     """The process's stderr (fd 2) goes to /dev/null in the block: libmpg123, libsndfile's MP3
-    decoder, prints to it directly, past `sys.stderr`. Our own messages come from AudioError."""
+    decoder, prints to it directly, past `sys.stderr`. Our own messages come from AudioError.
+    The block is one open or one read (milliseconds); another thread's line then is lost too."""
     sys.stderr.flush()
     try:
         saved = os.dup(2)
