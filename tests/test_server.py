@@ -167,9 +167,6 @@ def test_translations_answer_with_the_translate_task(server, tmp_path):
         ({"model": "whisper-1"}, b"not audio at all" * 64, 400, "not an audio file"),
         ({"model": "whisper-1"}, b"", 400, "empty"),
         ({"model": "gpt-4o"}, CLIP.read_bytes(), 400, "unknown model"),
-        ({"model": "whisper-1", "response_format": "xml"}, CLIP.read_bytes(), 400, "json"),
-        ({"model": "whisper-1", "temperature": "0.7"}, CLIP.read_bytes(), 400, "temperature"),
-        ({"model": "whisper-1", "stream": "maybe"}, CLIP.read_bytes(), 400, "stream"),
         (
             {"model": "whisper-1", "stream": "true", "response_format": "srt"},
             CLIP.read_bytes(),
@@ -182,6 +179,9 @@ def test_translations_answer_with_the_translate_task(server, tmp_path):
             400,
             "stream=true sends the text as events",
         ),
+        ({"model": "whisper-1", "response_format": "xml"}, CLIP.read_bytes(), 400, "json"),
+        ({"model": "whisper-1", "temperature": "0.7"}, CLIP.read_bytes(), 400, "temperature"),
+        ({"model": "whisper-1", "stream": "maybe"}, CLIP.read_bytes(), 400, "stream"),
         ({"model": "whisper-1"}, None, 400, "no file"),
     ],
 )
