@@ -2,13 +2,15 @@
 
 Exit codes: 0 when every file was transcribed; 1 when some files failed and others did not;
 2 for bad usage (unknown model, unwritable output directory, bad arguments) or when every
-file failed; 130 when interrupted (Ctrl-C). Each failure is one line on stderr; set
-AS2D_DEBUG=1 for a traceback.
+file failed; 130 when interrupted (Ctrl-C); 141 when stdout's reader has gone (`| head`:
+the run stops at once and quietly, as a tool that SIGPIPE ended). Each failure is one line
+on stderr; set AS2D_DEBUG=1 for a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
@@ -20,7 +22,7 @@ from types import FrameType
 # Only what argument parsing needs is imported here (no torch, no transformers): `--help`
 # answers at once, and each command imports the library modules it uses when it runs.
 from as2d import commands
-from as2d.commands import EXIT_INTERRUPTED, EXIT_USAGE, UsageError, fail
+from as2d.commands import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, EXIT_USAGE, UsageError, fail
 from as2d.drafting.family import DEFAULT_TAIL_S
 from as2d.eval import commands as eval_commands
 from as2d.eval.catalog import DRAFTERS
@@ -210,19 +212,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Runs one command; returns its exit code.
 
     Ctrl-C ends it with one line and 130 (128 + SIGINT, as a shell reports it): drafter
-    processes are closed on the way out, and no output file is left half written.
+    processes are closed on the way out, and no output file is left half written. A closed
+    stdout (`as2d transcribe ... | head`) ends it as quietly, with 141 (`closed_stdout`).
     """
     with watched_interrupts() as interrupts:
         try:
             return run_command(argv)
         except (UsageError, ModelNotFoundError) as err:
             return fail(str(err), EXIT_USAGE)
+        except BrokenPipeError:
+            return closed_stdout()
         except KeyboardInterrupt:
             return fail("interrupted", EXIT_INTERRUPTED)
         except Exception:
             if interrupts.received:  # what the code that Ctrl-C hit made of it
                 return fail("interrupted", EXIT_INTERRUPTED)
             raise
+
+
+def closed_stdout() -> int:
+    """stdout's reader has gone: nothing more is said (what Python would flush into the pipe
+    at exit goes to /dev/null), and the code is a shell's for a tool that SIGPIPE ended, as
+    Python's documentation of SIGPIPE recommends. Drafter processes were closed on the way."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (AttributeError, OSError, ValueError):  # stdout is not a file (replaced, closed)
+        pass
+    return EXIT_BROKEN_PIPE
 
 
 def run_command(argv: Sequence[str] | None) -> int:

@@ -12,6 +12,7 @@ when `--ray` is given (`pip install 'as2d[ray]'`).
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import time
@@ -144,6 +145,8 @@ def connect(address: str) -> Any:
     except ImportError:
         raise RayUnavailableError("--ray needs Ray: pip install 'as2d[ray]'") from None
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no usage reports, no prompt
+    # Ray's start-up notes (token authentication, ...) stay off the terminal, its errors do not
+    logging.getLogger("ray").setLevel(logging.ERROR)
     try:
         if address == "local":
             ray.init(
@@ -325,4 +328,7 @@ class _Job:
 
 
 def print_line(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+    """One line on stderr, where a local run prints its lines (above the progress bar)."""
+    from tqdm import tqdm
+
+    tqdm.write(line, file=sys.stderr)
