@@ -128,6 +128,30 @@ def test_usage_errors_exit_2_before_any_work(capsys, tmp_path):
         assert len(err.strip().splitlines()) == 1 and err.startswith("as2d: error: ")
 
 
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--language", "xx"], "unknown language code 'xx'; whisper-base knows af, am,"),
+        (["--target", "whisper-tiny.en", "--task", "translate"], "English-only"),
+        (["--target", "whisper-tiny.en", "--language", "fr"], "English-only"),
+        (["--target", "nosuch/model"], "not in the local Hugging Face hub cache"),
+    ],
+    ids=["unknown language", "translate on .en", "French on .en", "model nowhere here"],
+)
+def test_a_request_the_target_cannot_decode_is_refused_before_anything_loads(tmp_path, args, says):
+    """One line and exit 2 within seconds: no model loaded or converted (the cache stays
+    empty), no hub asked."""
+    env = {**os.environ, "AS2D_CACHE": str(tmp_path / "as2d"), "HF_HUB_CACHE": str(tmp_path / "hf")}
+    command = [sys.executable, "-m", "as2d.cli", "transcribe", str(CLIP), "--no-progress", *args]
+    started = time.perf_counter()
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+    assert time.perf_counter() - started < 10
+    assert proc.returncode == 2
+    assert len(proc.stderr.splitlines()) == 1 and proc.stderr.startswith("as2d: error: ")
+    assert says in proc.stderr
+    assert not (tmp_path / "as2d").exists() or not any((tmp_path / "as2d").iterdir())
+
+
 def test_no_traceback_from_the_installed_command(tmp_path):
     """The console script itself, in a fresh process, on a file that is not audio."""
     bad = tmp_path / "bad.mp3"

@@ -159,6 +159,7 @@ def test_translations_answer_with_the_translate_task(server, tmp_path):
         ({"model": "whisper-1", "response_format": "xml"}, CLIP.read_bytes(), 400, "json"),
         ({"model": "whisper-1", "temperature": "0.7"}, CLIP.read_bytes(), 400, "temperature"),
         ({"model": "whisper-1", "stream": "maybe"}, CLIP.read_bytes(), 400, "stream"),
+        ({"model": "whisper-1", "language": "xx"}, CLIP.read_bytes(), 400, "unknown language"),
         ({"model": "whisper-1"}, None, 400, "no file"),
     ],
 )

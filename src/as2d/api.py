@@ -34,7 +34,7 @@ from as2d.engine.factory import DecoderFactory
 from as2d.engine.policy import BudgetPolicy
 from as2d.engine.target import Request, TargetAdapter
 from as2d.engine.verify import rounding_bound
-from as2d.models.targets import adapter_class, load_target, torch_dtype
+from as2d.models.targets import adapter_class, check_target, load_target, torch_dtype
 from as2d.models.whisper import WhisperTarget
 from as2d.options import (
     Options,
@@ -158,6 +158,7 @@ class Transcriber:
     def _check_family(self, shared_target: TargetAdapter[Any] | None) -> None:
         """Raises ValueError, one line, for options this target's family cannot run."""
         check(self.options)
+        check_target(self.options)  # a language or task the target cannot decode
         family = type(shared_target) if shared_target else adapter_class(self.options.target)
         if self.options.task == "ask" and not family.follows_requests:
             raise ValueError(

@@ -139,12 +139,15 @@ def transcribe_on_cluster(
 
 
 def model_options(args: argparse.Namespace) -> Options:
-    """The Options of `add_model_options`' arguments."""
+    """The Options of `add_model_options`' arguments, with a target found on this machine that
+    can decode the language and task asked for (checked before any model loads)."""
+    from as2d.models.targets import check_target
+
     if args.threads is not None and args.threads < 1:
         raise UsageError("--threads must be at least 1")
     if args.drafter_threads is not None and args.drafter_threads < 1:
         raise UsageError("--drafter-threads must be at least 1")
-    return Options(
+    options = Options(
         target=args.target,
         device=args.device,
         dtype=args.dtype,
@@ -162,6 +165,11 @@ def model_options(args: argparse.Namespace) -> Options:
         drafts_dir=args.store,
         timestamps=timestamps(args),
     )
+    try:
+        check_target(options)
+    except ValueError as err:
+        raise UsageError(str(err)) from err
+    return options
 
 
 def timestamps(args: argparse.Namespace) -> str:

@@ -37,6 +37,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from as2d.models.targets import check_language, target_languages
 from as2d.options import Options, drafter_spec, has_transcript_to_time
 from as2d.runtime.drafts import draft_store
 from as2d.server.decoding import ApiError, Engine, Job, Metrics
@@ -58,6 +59,7 @@ class AudioApi:
         self.upload_dir = upload_dir
         self.metrics = engine.metrics
         self.models = [engine.options.target, *MODEL_ALIASES]
+        self.languages = target_languages(engine.options.target)  # None: any (chat models)
 
     def routes(self) -> list[Route]:
         return [
@@ -218,6 +220,8 @@ class AudioApi:
         try:
             fields = {k: v for k, v in form.items() if isinstance(v, str)}
             fmt, stream = self._check_fields(fields)
+            language = fields.get("language") or None
+            self._check_language(language, task)
             granularities = form.getlist("timestamp_granularities[]")
             timestamps = self._timestamps(fmt, task, granularities)
             upload = form.get("file")
@@ -231,7 +235,6 @@ class AudioApi:
         finally:
             await form.close()
         loop = asyncio.get_running_loop()
-        language = fields.get("language") or None
         job = Job(
             path, name, task, language, loop,
             keep=keep, previous=fields.get("prompt"), timestamps=timestamps,
@@ -272,6 +275,14 @@ class AudioApi:
         if stream not in ("true", "false"):
             raise ApiError(400, "stream must be true or false", "stream")
         return fmt, stream == "true"
+
+    def _check_language(self, language: str | None, task: str) -> None:
+        """ApiError for a language code the target does not know, or a language other than
+        English or a translation asked of an English-only target."""
+        try:
+            check_language(self.engine.options.target, self.languages, language, task)
+        except ValueError as err:
+            raise ApiError(400, str(err), "language" if language else "model") from None
 
     def _timestamps(self, fmt: str, task: str, granularities: list[Any]) -> str:
         """What to time: segments for subtitles and verbose_json, words where OpenAI's
