@@ -71,9 +71,26 @@ def test_bad_input_is_one_line_and_exit_2(capsys, bad_inputs, kind):
 def test_zero_length_and_silence_give_empty_text(capsys, tmp_path):
     for name, seconds in (("zero.wav", 0), ("silence.flac", 5)):
         sf.write(tmp_path / name, np.zeros(16_000 * seconds, dtype=np.float32), 16_000)
-        code, out, _ = run(capsys, tmp_path / name, "--format", "json")
+        code, out, err = run(capsys, tmp_path / name, "--format", "json")
         assert code == 0
         assert json.loads(out)["text"] == ""
+        assert json.loads(out)["stats"]["audio_s"] == seconds
+        assert f"{name}: {seconds:.1f} s of audio" in err
+
+
+def test_the_duration_reported_is_the_audio_s_length(capsys, tmp_path):
+    """Not where the last window ends: here 3 s of silence follow the speech."""
+    audio, rate = sf.read(CLIP, dtype="float32")
+    padded = tmp_path / "padded.wav"
+    sf.write(padded, np.concatenate([audio, np.zeros(3 * rate, np.float32)]), rate)
+    length = sf.info(padded).duration
+    code, out, err = run(capsys, padded, "--format", "json")
+    assert code == 0
+    result = json.loads(out)
+    assert result["windows"][-1]["end"] < length - 2
+    assert result["stats"]["audio_s"] == pytest.approx(length, abs=1e-3)
+    assert result["stats"]["language"] == "en"  # English-only target: English
+    assert f"padded.wav: {length:.1f} s of audio" in err
 
 
 def test_batch_continues_past_a_bad_file_and_resumes(capsys, bad_inputs, tmp_path):

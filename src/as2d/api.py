@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from as2d.audio.load import AudioError
-from as2d.audio.windows import iter_windows
+from as2d.audio.windows import SpeechWindower
 from as2d.engine.as2d import SpeculativeDecoder
 from as2d.engine.calibrate import synced_clock
 from as2d.engine.decode import WindowDecoder
@@ -268,17 +268,18 @@ class Transcriber:
         self, audio: AudioInput, run: Transcription, asked: Request, timestamps: str
     ) -> Iterator[WindowResult]:
         start = time.perf_counter()
-        tokens, audio_s = 0, 0.0
+        tokens = 0
         request_tokens = self.tokenizer.encode(asked.text) if asked.text else []
         if isinstance(self.decoder, SpeculativeDecoder):  # drafts made before, if stored
             spec_options = replace(self.options, language=asked.language, task=asked.task)
             self.decoder.stored = stored_drafts(spec_options, audio)
-        for window in self.decoder.windows(iter_windows(audio)):
+        windower = SpeechWindower()
+        for window in self.decoder.windows(windower.windows(audio)):
             result, asked = self.decode_window(window, asked, request_tokens, timestamps)
             tokens += len(result.token_ids)
-            audio_s = window.end
             yield result
         wall = time.perf_counter() - start
+        audio_s = windower.received_s
         activity = self.decoder.activity()
         run.finished = RunStats(
             wall_s=wall,
@@ -288,6 +289,7 @@ class Transcriber:
             rtf=wall / audio_s if audio_s > 0 else 0.0,
             drafter=activity,
             started_at=start,
+            language=asked.language,
         )
 
     def decode_window(

@@ -245,7 +245,7 @@ class AudioApi:
         windows, stats = await self._run(job, request)
         o = self.engine.options
         result = FileResult(name, o.method, o.target, o.drafter_used, windows, stats)
-        return self._render(result, fmt, task, job.language)
+        return self._render(result, fmt, task)
 
     def _check_fields(self, fields: dict[str, str]) -> tuple[str, bool]:
         """The response format and whether to stream; ApiError for a field we cannot honour."""
@@ -388,7 +388,7 @@ class AudioApi:
             job.cancelled.set()  # a no-op once done; a disconnect stops the decoding
             job.discard()
 
-    def _render(self, result: FileResult, fmt: str, task: str, language: str | None) -> Response:
+    def _render(self, result: FileResult, fmt: str, task: str) -> Response:
         if fmt == "text":
             return PlainTextResponse(result.text + "\n")
         if fmt in ("srt", "vtt"):
@@ -409,7 +409,7 @@ class AudioApi:
         return JSONResponse(
             {
                 "task": task,
-                "language": language or self.engine.options.language,
+                "language": result.stats.language,  # given, else detected
                 "duration": result.stats.audio_s,
                 "text": result.text,
                 "segments": segments,
