@@ -197,6 +197,17 @@ def test_models_lists_bundled(capsys):
     assert "whisper-base" in out and "whisper-tiny.en" in out
 
 
+def test_models_says_cached_once_a_model_was_used(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("AS2D_CACHE", str(tmp_path))
+    assert main(["models"]) == 0
+    assert "whisper-base\tnot cached" in capsys.readouterr().out
+    code = main(["transcribe", str(CLIP), "--target", "whisper-base", "--method", "target"])
+    assert code == 0
+    capsys.readouterr()
+    assert main(["models"]) == 0
+    assert "whisper-base\tcached\n" in capsys.readouterr().out
+
+
 # ---------------------------------------------------------------- Ctrl-C
 
 LONG = Path(__file__).parent / "data" / "long_en.flac"
