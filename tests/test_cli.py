@@ -102,9 +102,13 @@ def test_batch_continues_past_a_bad_file_and_resumes(capsys, bad_inputs, tmp_pat
     assert written.read_text().strip() == REFERENCE
     assert [p.name for p in out_dir.iterdir()] == ["vm-newuser.txt"]  # no temporary leftovers
     written.write_text("kept\n")
-    code, _, _ = run(capsys, CLIP, "-o", out_dir, "--skip-existing")
+    code, _, err = run(capsys, CLIP, "-o", out_dir, "--skip-existing")
     assert code == 0
     assert written.read_text() == "kept\n"
+    assert err == f"skipped 1 of 1 file: output already in {out_dir}\n"
+    code, _, err = run(capsys, bad_inputs["not audio"], CLIP, "-o", out_dir, "--skip-existing")
+    assert code == 2  # every file it tried failed
+    assert err.splitlines()[0] == f"skipped 1 of 2 files: output already in {out_dir}"
 
 
 def cue_texts(subtitles: str) -> list[str]:

@@ -71,6 +71,10 @@ def transcribe_files(args: argparse.Namespace) -> int:
         check_distinct_outputs(args.files, out_dir, args.format)
     options = model_options(args)
     todo = [f for f in args.files if not (out_dir and skip(f, out_dir, args))]
+    if len(todo) < len(args.files):
+        total = f"{len(args.files)} file{'s' if len(args.files) > 1 else ''}"
+        skipped = len(args.files) - len(todo)
+        print(f"skipped {skipped} of {total}: output already in {out_dir}", file=sys.stderr)
     if not todo:
         return EXIT_OK
     if args.ray is not None:
