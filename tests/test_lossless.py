@@ -295,3 +295,31 @@ def test_translation_output_is_target_output(
     # No acceptance bound: this drafter is the target's size (CT2 int8 encodes a window on
     # one core no faster than the target) and publishes a window's text only when done,
     # so its text often lands when the target has nearly finished the window.
+
+
+# ---------------------------------------------------------------- every language gets drafts
+
+
+@pytest.fixture(scope="module", params=["es", "fr"])
+def other_language(request: pytest.FixtureRequest) -> tuple[dict[str, Run], dict[str, Run]]:
+    """(target-only, as2d with the `auto` drafter) transcribing a language's clips joined, its
+    language left to the target to detect: the drafter gets windows before the target knows
+    it, and must draft them in that language (whisper-base detects it), not in English."""
+    recording = {f"asterisk-{request.param}": joined(sorted((CLIPS / request.param).glob("*.wav")))}
+    expected = decode_all(Options(target="whisper-base", method="target", threads=1), recording)
+    # Every window drafted, and the drafter keeps its cores: its drafts land whatever the load.
+    drafting = Options(target="whisper-base", method="as2d", draft_gate=False, lend_cores=False)
+    got = decode_all(drafting, recording)
+    return expected, got
+
+
+def test_other_languages_get_drafts_and_keep_the_target_output(
+    other_language: tuple[dict[str, Run], dict[str, Run]],
+) -> None:
+    expected, got = other_language
+    print(summary("target", expected), summary("as2d-auto", got), sep="\n")
+    assert_same_tokens("as2d auto, not English", expected, got)
+    for name, run in got.items():
+        tokens = sum(len(w.token_ids) for w in run.windows)
+        assert run.stats.drafter is not None and run.stats.drafter.name == "auto"
+        assert run.accepted >= 0.3 * tokens, (name, run.accepted, tokens)

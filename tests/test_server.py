@@ -8,6 +8,7 @@ import http.client
 import itertools
 import json
 import os
+import select
 import signal
 import subprocess
 import threading
@@ -72,6 +73,16 @@ def _error(body: bytes) -> str:
     error = json.loads(body)["error"]
     assert set(error) == {"message", "type", "param", "code"}
     return str(error["message"])
+
+
+def test_the_server_says_where_it_listens_once_it_does(server):
+    """One line on stderr, written before the first request could be answered."""
+    url, proc = server
+    assert proc.stderr is not None
+    fd = proc.stderr.fileno()  # read as it is, without waiting for more
+    assert select.select([fd], [], [], 10)[0], "nothing on stderr"
+    lines = os.read(fd, 1 << 16).decode().splitlines()
+    assert lines[0] == f"as2d: serving whisper-base on {url} (Ctrl-C to stop)"
 
 
 def test_transcriptions_equal_the_command_line(client, cli_json):
@@ -155,9 +166,21 @@ def test_translations_answer_with_the_translate_task(server, tmp_path):
 @pytest.mark.parametrize(
     ("fields", "file", "status", "says"),
     [
-        ({"model": "whisper-1"}, b"not audio at all" * 64, 400, "not a readable audio file"),
+        ({"model": "whisper-1"}, b"not audio at all" * 64, 400, "not an audio file"),
         ({"model": "whisper-1"}, b"", 400, "empty"),
         ({"model": "gpt-4o"}, CLIP.read_bytes(), 400, "unknown model"),
+        (
+            {"model": "whisper-1", "stream": "true", "response_format": "srt"},
+            CLIP.read_bytes(),
+            400,
+            "response_format must be one of ('json', 'text'), not srt",
+        ),
+        (
+            {"model": "whisper-1", "stream": "true", "response_format": "verbose_json"},
+            CLIP.read_bytes(),
+            400,
+            "stream=true sends the text as events",
+        ),
         ({"model": "whisper-1", "response_format": "xml"}, CLIP.read_bytes(), 400, "json"),
         ({"model": "whisper-1", "temperature": "0.7"}, CLIP.read_bytes(), 400, "temperature"),
         ({"model": "whisper-1", "stream": "maybe"}, CLIP.read_bytes(), 400, "stream"),
@@ -172,6 +195,7 @@ def test_bad_requests_get_an_openai_error_and_the_server_goes_on(
     assert code == status
     message = _error(body)
     assert says in message and "as2d-uploads" not in message  # names the upload, not our file
+    assert "Errno" not in message
     code, _, body = _post(server[0] + "/v1/audio/transcriptions", {"model": "whisper-1"},
                           CLIP.read_bytes())  # fmt: skip
     assert code == 200 and json.loads(body)["text"]

@@ -270,12 +270,16 @@ class Transcriber:
         start = time.perf_counter()
         tokens = 0
         request_tokens = self.tokenizer.encode(asked.text) if asked.text else []
-        if isinstance(self.decoder, SpeculativeDecoder):  # drafts made before, if stored
+        speculative = self.decoder if isinstance(self.decoder, SpeculativeDecoder) else None
+        if speculative is not None:  # drafts made before, if stored
             spec_options = replace(self.options, language=asked.language, task=asked.task)
-            self.decoder.stored = stored_drafts(spec_options, audio)
+            speculative.stored = stored_drafts(spec_options, audio)
+            speculative.language = asked.language
         windower = SpeechWindower()
         for window in self.decoder.windows(windower.windows(audio)):
             result, asked = self.decode_window(window, asked, request_tokens, timestamps)
+            if speculative is not None:  # detected on the first window: drafts follow it
+                speculative.language = asked.language
             tokens += len(result.token_ids)
             yield result
         wall = time.perf_counter() - start

@@ -2,13 +2,15 @@
 
 Exit codes: 0 when every file was transcribed; 1 when some files failed and others did not;
 2 for bad usage (unknown model, unwritable output directory, bad arguments) or when every
-file failed; 130 when interrupted (Ctrl-C). Each failure is one line on stderr; set
-AS2D_DEBUG=1 for a traceback.
+file failed; 130 when interrupted (Ctrl-C); 141 when stdout's reader has gone (`| head`:
+the run stops at once and quietly, as a tool that SIGPIPE ended). Each failure is one line
+on stderr; set AS2D_DEBUG=1 for a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
@@ -20,7 +22,8 @@ from types import FrameType
 # Only what argument parsing needs is imported here (no torch, no transformers): `--help`
 # answers at once, and each command imports the library modules it uses when it runs.
 from as2d import commands
-from as2d.commands import EXIT_INTERRUPTED, EXIT_USAGE, UsageError, fail
+from as2d.commands import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, EXIT_USAGE, UsageError, fail
+from as2d.drafting.family import DEFAULT_TAIL_S
 from as2d.eval import commands as eval_commands
 from as2d.eval.catalog import DRAFTERS
 from as2d.models.bundled import ModelNotFoundError
@@ -110,7 +113,16 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--drafter",
         default="auto",
-        help="drafter model or ct2:NAME; auto: whisper-tiny.en, ct2:whisper-base to translate",
+        help="auto (default): whisper-tiny.en for English windows, whisper-base for others, "
+        "ct2:whisper-base to translate; or a Whisper model, or ct2:NAME (CTranslate2 int8)",
+    )
+    parser.add_argument(
+        "--drafter-tail",
+        default=DEFAULT_TAIL_S,
+        type=tail,
+        metavar="S|full",
+        help=f"silence after the speech the drafter's encoder reads (default {DEFAULT_TAIL_S}); "
+        "full: Whisper's 30 s",
     )
     parser.add_argument("--budget", default="auto", type=budget, help="auto, or a fixed k (0-16)")
     parser.add_argument("--temperature", type=float, default=0.0, help="0: greedy (default)")
@@ -164,7 +176,7 @@ def add_exactness_parser(commands: argparse._SubParsersAction) -> None:
     check.add_argument("--device", default="cpu", help="the target's device: cpu or cuda[:N]")
     check.add_argument("--dtype", default=None, choices=DTYPES, help="the target's weights")
     check.add_argument("--methods", default="target,as2d,pld,sd", help="comma-separated")
-    check.add_argument("--drafters", default="whisper-tiny.en,ct2:whisper-tiny.en")
+    check.add_argument("--drafters", default="auto,ct2:whisper-tiny.en")
     check.add_argument("--budgets", default="auto", help="comma-separated: auto or k")
     check.add_argument("--language", default=None, help="default: the dataset's, else detect")
     check.add_argument("--task", default="transcribe", choices=("transcribe", "translate"))
@@ -181,23 +193,54 @@ def budget(value: str) -> int | None:
         raise argparse.ArgumentTypeError(str(err)) from None
 
 
+def tail(value: str) -> float | None:
+    """`full` -> None (Whisper's 30 s); seconds >= 0 -> the drafter's tail after the speech."""
+    if value == "full":
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds <= 30:
+        raise argparse.ArgumentTypeError(
+            f"the tail is seconds from 0 to 30, or full, got {value!r}"
+        )
+    return seconds
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs one command; returns its exit code.
 
     Ctrl-C ends it with one line and 130 (128 + SIGINT, as a shell reports it): drafter
-    processes are closed on the way out, and no output file is left half written.
+    processes are closed on the way out, and no output file is left half written. A closed
+    stdout (`as2d transcribe ... | head`) ends it as quietly, with 141 (`closed_stdout`).
     """
     with watched_interrupts() as interrupts:
         try:
             return run_command(argv)
         except (UsageError, ModelNotFoundError) as err:
             return fail(str(err), EXIT_USAGE)
+        except BrokenPipeError:
+            return closed_stdout()
         except KeyboardInterrupt:
             return fail("interrupted", EXIT_INTERRUPTED)
         except Exception:
             if interrupts.received:  # what the code that Ctrl-C hit made of it
                 return fail("interrupted", EXIT_INTERRUPTED)
             raise
+
+
+def closed_stdout() -> int:
+    """stdout's reader has gone: nothing more is said (what Python would flush into the pipe
+    at exit goes to /dev/null), and the code is a shell's for a tool that SIGPIPE ended, as
+    Python's documentation of SIGPIPE recommends. Drafter processes were closed on the way."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (AttributeError, OSError, ValueError):  # stdout is not a file (replaced, closed)
+        pass
+    return EXIT_BROKEN_PIPE
 
 
 def run_command(argv: Sequence[str] | None) -> int:

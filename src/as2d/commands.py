@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import select
+import socket
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
@@ -17,8 +19,6 @@ from typing import TYPE_CHECKING
 
 # Only what every command needs is imported here (no torch, no transformers): each one
 # imports the library modules it uses when it runs.
-from as2d.engine.gate import drafting_may_pay
-from as2d.models.bundled import cache_root
 from as2d.options import (
     Options,
     check,
@@ -26,7 +26,7 @@ from as2d.options import (
     has_transcript_to_time,
 )
 from as2d.runtime.drafter import start_drafter
-from as2d.runtime.drafts import stored_drafts
+from as2d.runtime.drafts import drafter_needed
 from as2d.writers import FileResult, output_path, render, write_atomic
 
 if TYPE_CHECKING:
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
 EXIT_OK, EXIT_SOME_FAILED, EXIT_USAGE = 0, 1, 2
 EXIT_INTERRUPTED = 128 + 2  # Ctrl-C: 128 + SIGINT, as a shell reports a process it ended
+EXIT_BROKEN_PIPE = 128 + 13  # stdout's reader has gone: 128 + SIGPIPE, as for `yes | head`
 
 
 class UsageError(Exception):
@@ -43,6 +44,18 @@ class UsageError(Exception):
 def fail(message: str, code: int) -> int:
     print(f"as2d: error: {message}", file=sys.stderr)
     return code
+
+
+def stdout_gone() -> bool:
+    """Whether stdout is a pipe whose reader has gone (`as2d transcribe ... | head` has read
+    its fill): poll reports an error on it before anything more is written."""
+    try:
+        fd = sys.stdout.fileno()
+        poller = select.poll()
+    except (AttributeError, OSError, ValueError):  # not a file (replaced, closed); no poll
+        return False
+    poller.register(fd, select.POLLOUT)
+    return any(events & select.POLLERR for _, events in poller.poll(0))
 
 
 def quiet_transformers() -> None:
@@ -67,6 +80,7 @@ def list_models() -> int:
 def transcribe_files(args: argparse.Namespace) -> int:
     args.files = expand_inputs(args.files)
     out_dir = prepare_output_dir(args.output_dir, args.skip_existing)
+    check_timeline(args.timeline)
     if out_dir is not None:
         check_distinct_outputs(args.files, out_dir, args.format)
     options = model_options(args)
@@ -134,7 +148,7 @@ def transcribe_on_cluster(
             run = transcribe_on_ray(
                 args.ray, options, tasks, args.format, args.ray_cpus_per_worker, args.prompt,
                 progress=lambda done: bar.update(round(min(done, total) - bar.n, 1)),
-                report=bar.write if not args.no_progress else print_line,
+                report=print_line,
             )  # fmt: skip
     except (RayUnavailableError, ValueError) as err:
         raise UsageError(str(err)) from err
@@ -165,6 +179,7 @@ def model_options(args: argparse.Namespace) -> Options:
         seed=args.seed,
         threads=args.threads,
         drafter_threads=args.drafter_threads,
+        drafter_tail_s=args.drafter_tail,
         drafts=args.drafts,
         drafts_dir=args.store,
         timestamps=timestamps(args),
@@ -222,6 +237,7 @@ def serve(args: argparse.Namespace) -> int:
         check(options)
     except ValueError as err:
         raise UsageError(str(err)) from err
+    check_address(args.host, args.port)
     from as2d.server import serve as run_server
 
     quiet_transformers()
@@ -229,16 +245,27 @@ def serve(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def check_address(host: str, port: int) -> None:
+    """`as2d serve` can listen on host:port (free, allowed): found before the models load,
+    in words, not after them in uvicorn's errno."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+            probe.bind((host, port))
+    except OSError as err:
+        raise UsageError(f"cannot listen on {host}:{port}: {err.strerror}") from err
+
+
 def open_transcriber(options: Options, files: Sequence[str]) -> Transcriber:
     """The Transcriber of a one-off command over `files`: its drafter process starts before
     torch is imported here, so that both load side by side, and no warm-up passes that only
     serve timing are run (see `Transcriber`). Where every file's drafts are stored (`as2d
     draft`) or no file is long enough for drafting to pay on this machine
-    (`drafting_may_pay`), no drafter process starts at all."""
+    (`drafter_needed`), no drafter process starts at all."""
     try:
         check(options)  # before a drafter is started for nothing
-        stored = all(stored_drafts(options, file) is not None for file in files)
-        spawn = not stored and drafting_may_pay(options, cache_root(), _durations(files))
+        spawn = drafter_needed(options, files, _durations(files))
         drafter = start_drafter(drafter_spec(options)) if spawn else None
     except ValueError as err:
         raise UsageError(str(err)) from err
@@ -282,6 +309,16 @@ def prepare_output_dir(out_dir: Path | None, skip_existing: bool) -> Path | None
     return out_dir
 
 
+def check_timeline(path: Path | None) -> None:
+    """--timeline's folder exists and is writable: found before any decoding, not after."""
+    if path is None:
+        return
+    if not path.parent.is_dir():
+        raise UsageError(f"--timeline {path}: {path.parent} is not a folder")
+    if not os.access(path.parent, os.W_OK | os.X_OK):
+        raise UsageError(f"--timeline {path}: the folder {path.parent} is not writable")
+
+
 def check_distinct_outputs(files: Sequence[str], out_dir: Path, fmt: str) -> None:
     """Two inputs with the same name (es/a.wav, fr/a.wav) must not overwrite one output."""
     seen: dict[Path, str] = {}
@@ -299,10 +336,12 @@ def skip(file: str, out_dir: Path, args: argparse.Namespace) -> bool:
 def transcribe_one(
     transcriber: Transcriber, file: str, out_dir: Path | None, args: argparse.Namespace
 ) -> bool:
-    """Transcribe one file and write or print it; report a failure in one line."""
+    """Transcribe one file and write or print it; report a failure in one line. Where stdout's
+    reader has gone, raises BrokenPipeError before decoding: the command ends (`cli.main`)."""
     from as2d.api import FILE_ERRORS, file_failure
-    from as2d.eval.timeline import timeline_path, write_timeline
 
+    if out_dir is None and stdout_gone():
+        raise BrokenPipeError("stdout's reader has gone")
     try:
         result = run_with_progress(transcriber, file, args.no_progress, args.prompt)
         content = render(result, args.format)
@@ -311,14 +350,15 @@ def transcribe_one(
             sys.stdout.flush()
         else:
             write_atomic(output_path(file, out_dir, args.format), content)
-        if args.timeline is not None:
-            path = timeline_path(args.timeline, file, several=len(args.files) > 1)
-            write_timeline(transcriber, result, path)
+    except BrokenPipeError:
+        raise  # stdout's reader has gone: not this file's failure
     except FILE_ERRORS as err:
         fail(file_failure(file, err), EXIT_USAGE)
         if os.environ.get("AS2D_DEBUG"):
             raise
         return False
+    if args.timeline is not None:
+        draw_timeline(transcriber, result, args.timeline, several=len(args.files) > 1)
     s = result.stats
     print(
         f"{file}: {s.audio_s:.1f} s of audio in {s.wall_s:.2f} s "
@@ -326,6 +366,21 @@ def transcribe_one(
         file=sys.stderr,
     )
     return True
+
+
+def draw_timeline(
+    transcriber: Transcriber, result: FileResult, timeline: Path, several: bool
+) -> None:
+    """--timeline: the picture of the run that made `result`. One that cannot be drawn is a
+    warning: the transcript is there all the same."""
+    from as2d.eval.timeline import timeline_path, write_timeline
+
+    path = timeline_path(timeline, result.file, several)
+    try:
+        write_timeline(transcriber, result, path)
+    except (OSError, ValueError) as err:  # not the temporary file's name: what went wrong
+        reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+        print(f"as2d: warning: {result.file}: no timeline at {path}: {reason}", file=sys.stderr)
 
 
 def run_with_progress(

@@ -9,8 +9,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from as2d.drafting.family import (
+    AUTO,
+    DEFAULT_TAIL_S,
+    ENGLISH_DRAFTER,
+    MULTILINGUAL_DRAFTER,
+    TRANSLATE_DRAFTER,
+    DrafterFamily,
+)
 from as2d.runtime.cores import thread_split
-from as2d.runtime.spec import CT2_PREFIX, DrafterSpec
+from as2d.runtime.spec import DrafterSpec
 
 if TYPE_CHECKING:
     from as2d.engine.verify import Rule
@@ -19,8 +27,6 @@ METHODS = ("as2d", "target", "pld", "sd")
 DTYPES = ("float32", "float16", "bfloat16")  # Options.dtype: names of torch dtypes
 TASKS = ("transcribe", "translate", "ask")
 TIMESTAMPS = ("none", "segment", "word")  # Options.timestamps: WindowResult.segments, words
-DEFAULT_DRAFTER = "whisper-tiny.en"
-TRANSLATE_DRAFTER = "ct2:whisper-base"  # the default drafter for --task translate
 
 
 @dataclass(frozen=True)
@@ -37,7 +43,9 @@ class Options:
     temperature: float = 0.0  # 0: greedy (exact tokens); > 0: sampling (exact distribution)
     seed: int | None = None  # sampling seed, for reproducible runs
     # Speculation (as2d, sd, pld)
-    drafter: str = "auto"  # load_whisper name/path, "ct2:NAME" (CTranslate2 int8), or "auto"
+    drafter: str = AUTO  # "auto" (by language), a Whisper name/path, "ct2:NAME" (int8)
+    drafter_tail_s: float | None = DEFAULT_TAIL_S  # silence its encoder reads after the
+    # speech (`draft_audio`); None: Whisper's 30 s
     budget: int | None = None  # None: chosen per step from the measured cost; else fixed k
     max_k: int = 16  # the largest budget considered
     lookahead: int = 2  # windows the drafter may run ahead of the target
@@ -59,9 +67,16 @@ class Options:
         return self.drafter if self.method in ("as2d", "sd") else None
 
     def __post_init__(self) -> None:
-        if self.drafter == "auto":  # tiny.en is English-only: it cannot draft a translation
-            default = TRANSLATE_DRAFTER if self.task == "translate" else DEFAULT_DRAFTER
-            object.__setattr__(self, "drafter", default)
+        """ "auto" stays for as2d's transcripts (a drafter per window by language); a
+        translation keeps the multilingual int8 base, and sd one model in its own process."""
+        if self.drafter != AUTO or (self.method != "sd" and self.task != "translate"):
+            return
+        english = self.task != "translate" and self.language in (None, "en")
+        if self.method == "sd":
+            default = ENGLISH_DRAFTER if english else MULTILINGUAL_DRAFTER
+        else:
+            default = TRANSLATE_DRAFTER
+        object.__setattr__(self, "drafter", default)
 
 
 def parse_budget(text: str) -> int | None:
@@ -80,17 +95,14 @@ def drafter_spec(options: Options) -> DrafterSpec | None:
         return None
     task = "transcribe" if o.task == "ask" else o.task  # ask: drafts are the transcript
     return DrafterSpec(
-        o.drafter, thread_split(o)[1], o.language, task, o.lookahead, o.drafter_fault
-    )
+        o.drafter, thread_split(o)[1], o.language, task, o.lookahead, o.drafter_fault,
+        o.drafter_tail_s,
+    )  # fmt: skip
 
 
 def aligner_name(options: Options, language: str | None) -> str:
-    """The Whisper model that times a chat target's transcript: the drafter's (its torch
-    copy), or the multilingual bundled base where that one is English-only and the speech
-    may not be English."""
-    name = options.drafter.removeprefix(CT2_PREFIX)
-    english_only = name.endswith(".en")
-    return "whisper-base" if english_only and language != "en" else name
+    """The Whisper model that times a chat target's transcript (`DrafterFamily.aligner`)."""
+    return DrafterFamily(options.drafter).aligner(language)
 
 
 def rule(options: Options, bound: float = 0.0) -> Rule:
@@ -142,10 +154,12 @@ def check(options: Options) -> None:
         raise ValueError(f"unknown device {options.device!r}; use cpu or cuda[:N]")
     if options.device.startswith("cuda") and not _cuda_available():
         raise ValueError(f"device {options.device} asked for, but torch sees no CUDA GPU here")
-    if options.method == "sd" and options.drafter.startswith(CT2_PREFIX):
+    if options.method == "sd" and not DrafterFamily(options.drafter).coupled:
         raise ValueError(
             f"sd needs a PyTorch drafter (its KV cache follows the target), not {options.drafter!r}"
         )
+    if options.drafter_tail_s is not None and not 0 <= options.drafter_tail_s <= 30:
+        raise ValueError(f"the drafter's tail must be 0-30 s, got {options.drafter_tail_s}")
     check_timestamps(options.timestamps)
     if options.drafts not in ("auto", "off"):
         raise ValueError(f"drafts must be auto or off, got {options.drafts!r}")

@@ -9,6 +9,8 @@ import numpy as np
 SAMPLE_RATE = 16_000  # every model here consumes 16 kHz mono float32
 MAX_WINDOW_S = 30.0  # Whisper's receptive field
 N_SAMPLES = int(MAX_WINDOW_S * SAMPLE_RATE)  # 480_000 samples: 3000 mel, 1500 encoder frames
+HOP = 160  # samples between log-mel frames: every 10 ms
+N_FRAMES = N_SAMPLES // HOP  # 3000 log-mel frames a 30 s window
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from as2d.drafting.family import DraftCosts
 from as2d.drafting.sources import Candidate
 from as2d.engine.as2d import MIN_SHARED_PASSES, Payoff
 from as2d.engine.costs import (
@@ -233,67 +234,77 @@ def test_payoff_without_an_alone_cost_never_loses() -> None:
 
 # ---------------------------------------------------------------- which windows to draft
 
-# whisper-tiny.en on one core (encoder s, step s), whisper-base's step on both (measured here)
-TINY_EN = (0.12, 0.006)
+# whisper-tiny.en on one core, its encoder padded to 30 s (encoder s on 4 s and on 30 s of
+# input, step s), and whisper-base's step on both (measured on one EPYC)
+TINY_EN = DraftCosts(0.12, 0.12, 0.006)
 BASE_STEP_S = 0.0097
 
 
 def test_draft_gate_leaves_short_windows_to_the_target() -> None:
     """A few seconds of speech hold too few tokens to pay for the drafter's encoder."""
     gate = DraftGate(BASE_STEP_S, cores=(1, 1))
-    assert not gate.pays(3.0, TINY_EN)
-    assert gate.pays(25.0, TINY_EN)
+    assert not gate.pays(3.0, 3.0, TINY_EN)
+    assert gate.pays(25.0, 25.0, TINY_EN)
+
+
+def test_draft_gate_drafts_short_windows_where_the_encoder_is_sized_to_the_speech() -> None:
+    """An encoder that reads 3 s of speech and a 1 s tail costs a sixth of one that reads
+    30 s: the short request the padded encoder could not pay for now pays."""
+    sized = DraftCosts(0.02, 0.12, 0.006)  # tiny.en on 4 s and on 30 s of input
+    assert sized.encode_s(4.0) == 0.02 and sized.encode_s(30.0) == 0.12
+    assert not DraftGate(BASE_STEP_S, cores=(1, 1)).pays(3.0, 30.0, sized)
+    assert DraftGate(BASE_STEP_S, cores=(1, 1)).pays(3.0, 4.0, sized)
 
 
 def test_draft_gate_weighs_the_drafter_s_steps_by_what_sharing_costs_the_target() -> None:
     """Where the target's step is no faster on every core than on its own threads (an older
     EPYC, measured: 21-24 ms either way), the drafter's steps cost it nothing, its encoder
     still half the target's cores: windows pay from a shorter length."""
-    slow_encoder = (1.4, 0.011)  # whisper-tiny.en on one core of that machine
+    slow_encoder = DraftCosts(1.4, 1.4, 0.011)  # whisper-tiny.en on one core of that machine
     scaling = DraftGate(0.0217, cores=(1, 1), shared_step_s=2 * 0.0217)
     flat = DraftGate(0.0217, cores=(1, 1), shared_step_s=0.0215)
     assert scaling.step_loss == 0.5 and flat.step_loss == 0.0
-    assert not scaling.pays(30.0, slow_encoder)
-    assert flat.pays(30.0, slow_encoder)
-    assert not flat.pays(3.0, slow_encoder)
+    assert not scaling.pays(30.0, 30.0, slow_encoder)
+    assert flat.pays(30.0, 30.0, slow_encoder)
+    assert not flat.pays(3.0, 3.0, slow_encoder)
 
 
 def test_draft_gate_drafts_while_a_cost_is_unknown() -> None:
-    assert DraftGate(BASE_STEP_S, cores=(1, 1)).pays(1.0, None)
-    assert DraftGate(None, cores=(1, 1)).pays(1.0, TINY_EN)
+    assert DraftGate(BASE_STEP_S, cores=(1, 1)).pays(1.0, 2.0, None)
+    assert DraftGate(None, cores=(1, 1)).pays(1.0, 2.0, TINY_EN)
 
 
 def test_draft_gate_learns_the_token_rate() -> None:
     """Dense speech (spelled digits) holds more tokens a second: shorter windows pay."""
     gate = DraftGate(BASE_STEP_S, cores=(1, 1))
-    assert not gate.pays(6.0, TINY_EN)
+    assert not gate.pays(6.0, 6.0, TINY_EN)
     for _ in range(RECENT_WINDOWS):
         gate.observe(6.0, 60, 55, drafted=True)  # 10 tokens a second, nearly all from drafts
-    assert gate.pays(6.0, TINY_EN)
+    assert gate.pays(6.0, 6.0, TINY_EN)
 
 
 def test_draft_gate_stops_drafting_for_a_wrong_drafter_but_probes_it() -> None:
     gate = DraftGate(BASE_STEP_S, cores=(1, 1))
     for _ in range(RECENT_WINDOWS):
         gate.observe(25.0, 75, 0, drafted=True)  # nothing committed from its drafts
-    decisions = [gate.pays(25.0, TINY_EN) for _ in range(2 * PROBE_EVERY)]
+    decisions = [gate.pays(25.0, 25.0, TINY_EN) for _ in range(2 * PROBE_EVERY)]
     assert decisions.count(True) == 2 and decisions[PROBE_EVERY - 1]
     for _ in range(RECENT_WINDOWS):
         gate.observe(25.0, 75, 70, drafted=True)  # it agrees again
-    assert gate.pays(25.0, TINY_EN)
+    assert gate.pays(25.0, 25.0, TINY_EN)
 
 
 def test_draft_gate_counts_only_drafted_windows_for_accuracy() -> None:
     gate = DraftGate(BASE_STEP_S, cores=(1, 1))
     for _ in range(RECENT_WINDOWS):
         gate.observe(3.0, 9, 0, drafted=False)  # short windows the target decoded alone
-    assert gate.pays(25.0, TINY_EN)
+    assert gate.pays(25.0, 25.0, TINY_EN)
 
 
 # ---------------------------------------------------------------- whether to start a drafter
 
 
-def _kept_costs(cache: Path, target_steps: tuple[float, float], drafter: tuple[float, float]):
+def _kept_costs(cache: Path, target_steps: tuple[float, float], drafter: DraftCosts):
     """Costs kept in `cache` as earlier runs keep them: the target's step on 2 threads and on
     1 (`target_steps`), the drafter's warm-up costs on 1."""
     machine = machine_key()
@@ -301,7 +312,7 @@ def _kept_costs(cache: Path, target_steps: tuple[float, float], drafter: tuple[f
         path = cost_path(cache, target_cost_name("whisper-base", "cpu", None), machine, threads)
         path.parent.mkdir(parents=True, exist_ok=True)
         CostModel((step, 1.2 * step, 1.4 * step)).save(path)
-    save_drafter_costs(drafter_costs_path(cache, "whisper-tiny.en", 1), drafter)
+    save_drafter_costs(drafter_costs_path(cache, "auto", 1), {"*": drafter})
 
 
 def test_no_drafter_starts_for_recordings_too_short_to_pay(tmp_path: Path, monkeypatch) -> None:

@@ -148,7 +148,11 @@ def test_each_subset_is_reported_against_the_whole_sets_baseline():
     report = render_report(content, rows, b)
     assert "## Per subset" in report
     assert "| configuration | short (0.0 min, 1 windows) | varied (0.0 min, 2 windows) |" in report
-    assert "| as2d whisper-tiny.en k=auto | 0.50x / 100.0 % | 1.00x / 50.0 % |" in report
+    assert (
+        "| as2d whisper-tiny.en k=auto | 0.50x / 100.0 %; > 3 %: 100.0 % | "
+        "1.00x / 50.0 %; > 3 %: 50.0 % |" in report
+    )
+    assert "| noise floor (> 3 %, target-only against itself) | - | - |" in report
 
 
 def test_windows_decoded_as_target_only_are_counted_apart_from_the_slower_share():
@@ -176,4 +180,26 @@ def test_windows_decoded_as_target_only_are_counted_apart_from_the_slower_share(
     assert rows["target 1t"].frac_windows_alone == 0.0  # target-only has nothing apart
     content = summary(b, m, list(rows.values()), RunInfo("whisper-base", "set", "bench", 2))
     report = render_report(content, list(rows.values()), b)
-    assert "| 66.7 % (33 % alone; 50.0 % of the rest) |" in report
+    assert "| 66.7 % (33 % alone; 50.0 % of the rest); > 3 %: 66.7 % |" in report
+
+
+def test_slower_by_more_than_3_percent_beside_the_noise_floor():
+    """A window 2 % slower is slower, not slower by more than 3 %; the noise floor is
+    target-only's earlier repeats against its later ones (here window 1: 1.10 against 1.00)."""
+    same = [[1, 2], [3, 4], [5, 6]]
+    b = BenchRun([T1, AUTO], [REC], audio_s=3.0)
+    b.runs = [
+        run(T1, [1.0, 1.1, 1.0], same),
+        run(T1, [1.0, 1.0, 1.0], same, repeat=1),
+        run(AUTO, [1.02, 1.2, 0.5], same),
+        run(AUTO, [1.02, 1.2, 0.5], same, repeat=1),
+    ]
+    m = measured(b)
+    rows = {r.name: r for r in summarise(b, m)}
+    a = rows["as2d whisper-tiny.en k=auto"]
+    assert a.frac_windows_slower == pytest.approx(2 / 3)  # medians 1.0 / 1.05 / 1.0
+    assert a.frac_slower_3pct == pytest.approx(1 / 3)  # only window 1: 1.2 > 1.03 x 1.05
+    content = summary(b, m, list(rows.values()), RunInfo("whisper-base", "set", "bench", 2))
+    assert content["noise_floor_slower_3pct"] == pytest.approx(1 / 3)
+    report = render_report(content, list(rows.values()), b)
+    assert "against itself (its earlier repeats against its later ones): 33.3 %." in report

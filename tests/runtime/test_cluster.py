@@ -73,6 +73,19 @@ def test_resume_skips_the_files_already_written(folder, local, tmp_path) -> None
     assert (out / "demo-nogo.txt").read_bytes() == (local / "demo-nogo.txt").read_bytes()
 
 
+def test_lines_go_to_stderr_as_in_a_local_run_and_ray_says_nothing(tmp_path) -> None:
+    """With the progress bar (no --no-progress): the per-file line and the summary on stderr,
+    nothing on stdout, no line of Ray's own (its start-up notes)."""
+    command = [sys.executable, "-m", "as2d.cli", "transcribe", str(CLIPS[0]), "-o", str(tmp_path),
+               "--ray", "local", "--target", "whisper-tiny.en", "--method", "target"]  # fmt: skip
+    process = subprocess.run(command, capture_output=True, text=True, timeout=RUN_S)
+    assert process.returncode == 0, process.stderr
+    assert process.stdout == ""
+    lines = process.stderr.splitlines()
+    assert len(lines) == 2, lines
+    assert lines[0].startswith(f"{CLIPS[0]}: ") and lines[1].startswith("ray: 1 file(s), 0 failed")
+
+
 def _descendants(pid: int) -> list[int]:
     """Every process below `pid`, from /proc."""
     parents = {}

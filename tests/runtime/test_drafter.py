@@ -101,10 +101,12 @@ def test_torch_drafter_streams_text_token_by_token(clip: np.ndarray) -> None:
 
 
 def assert_costs_measured(drafter: DrafterProcess) -> None:
-    """Start-up's warm-up timed the drafter's encoder and a step (what `DraftGate` weighs)."""
-    assert drafter.warm_costs is not None
-    encode_s, step_s = drafter.warm_costs
-    assert 0 < step_s < encode_s < 5, drafter.warm_costs
+    """Start-up's warm-up timed the drafter's encoder and a step (what `DraftGate` weighs):
+    an encoder sized to its input costs less on 4 s than on 30 s."""
+    costs = drafter.costs("en")
+    assert costs is not None
+    assert 0 < costs.step_s < costs.encode_full_s < 5, costs
+    assert 0 < costs.encode_short_s < costs.encode_full_s, costs
 
 
 @pytest.mark.slow
@@ -457,7 +459,7 @@ def test_sleeping_drafter_never_makes_the_parent_wait(clip: np.ndarray, ct2_read
 
 def test_unknown_drafter_is_lost_at_start() -> None:
     with DrafterProcess(DrafterSpec("ct2:no-such-model")) as drafter:
-        drafter.poll()
+        assert not drafter.wait_ready(60)
         assert drafter.lost and "no-such-model" in (drafter.reason or "")
         assert not drafter.wants(0)
         drafter.submit(window(0, np.zeros(SAMPLE_RATE, np.float32)))
@@ -466,9 +468,14 @@ def test_unknown_drafter_is_lost_at_start() -> None:
 # ---------------------------------------------------------------- pieces, no process
 
 
-def test_spec_validates_fault_and_reads_ct2_names() -> None:
-    assert DrafterSpec("ct2:whisper-base").ct2_model == "whisper-base"
-    assert DrafterSpec("whisper-tiny.en").ct2_model is None
+def test_spec_validates_fault_and_reads_drafter_families() -> None:
+    ct2 = DrafterSpec("ct2:whisper-base").family
+    assert (ct2.kind, ct2.model, ct2.streams, ct2.coupled) == ("ct2", "whisper-base", False, False)
+    torch_ = DrafterSpec("whisper-tiny.en").family
+    assert (torch_.kind, torch_.model, torch_.streams) == ("torch", "whisper-tiny.en", True)
+    auto = DrafterSpec("auto").family
+    assert auto.model_for("en") == "whisper-tiny.en"
+    assert auto.model_for("fr") == auto.model_for(None) == "whisper-base"
     with pytest.raises(ValueError, match="fault"):
         DrafterSpec(fault="slow")
     with pytest.raises(ValueError):

@@ -14,7 +14,7 @@ import pytest
 
 from as2d.cli import main
 from as2d.options import Options
-from as2d.runtime.drafts import DraftStore, StoredDraft, stored_drafts
+from as2d.runtime.drafts import DraftStore, StoredDraft, drafter_needed, stored_drafts
 from as2d.runtime.spec import DrafterSpec
 from as2d.types import Window
 
@@ -71,6 +71,10 @@ def test_stored_drafts_stand_in_for_the_drafter_process(tmp_path):
     options = Options(drafts_dir=str(store))
     assert stored_drafts(options, CLIP) is not None
     assert stored_drafts(Options(drafts_dir=str(store), drafts="off"), CLIP) is None
+    # The one rule of the command line and of each Ray worker: no drafter process where every
+    # file's drafts are stored, however long; one where a file has none.
+    assert not drafter_needed(options, [str(CLIP)], [600.0])
+    assert drafter_needed(options, [str(CLIP), str(DATA / "long_en.flac")], [600.0, 600.0])
     expected = _transcribe(tmp_path / "target", "--method", "target")
     got = _transcribe(tmp_path / "as2d", "--store", str(store))
     assert [w["token_ids"] for w in got["windows"]] == [w["token_ids"] for w in expected["windows"]]
@@ -80,7 +84,7 @@ def test_stored_drafts_stand_in_for_the_drafter_process(tmp_path):
 
 def test_wrong_stored_drafts_change_nothing(tmp_path):
     store = DraftStore(tmp_path / "drafts")
-    spec = DrafterSpec("whisper-tiny.en")  # as2d's default drafter, language and task
+    spec = DrafterSpec("auto")  # as2d's default drafter, language and task
     windows = _transcribe(tmp_path / "target", "--method", "target")["windows"]
     wrong = [StoredDraft(w["start"], w["end"], " zebra quantum " * 20) for w in windows]
     store.save(DraftStore.key(CLIP, spec), wrong)

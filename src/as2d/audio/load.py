@@ -6,14 +6,21 @@ what libsndfile cannot (m4a/aac, opus in mp4/webm, ...). Channels are averaged a
 resamples as a stream, so an hour-long file is never held in memory as float32: callers
 that can work block by block use `iter_audio_blocks`; `load_audio` is for short files.
 
-Any failure to read (missing file, a directory, not audio, truncated or corrupt data)
-raises `AudioError` with a one-line message; zero-length audio is not an error.
+Any failure to read (missing file, a directory, an empty file, not audio, truncated or
+damaged data) raises `AudioError` with a one-line message that says so in words (no errno);
+zero-length audio in a valid file is not an error. libsndfile's MP3 decoder (libmpg123)
+prints its complaints about damaged frames to the process's stderr: those are kept off the
+terminal (`_quiet_stderr`), and a file that cannot be decoded whole is reported once, as an
+`AudioError`.
 """
 
 from __future__ import annotations
 
+import os
 import struct
+import sys
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import av
@@ -30,7 +37,7 @@ _TRUNCATION_SLACK_S = 0.5  # decoded audio may fall this short of an indexed dur
 
 
 class AudioError(Exception):
-    """Audio could not be read: missing file, not audio, truncated or corrupt data."""
+    """Audio could not be read: missing or empty file, not audio, truncated or damaged data."""
 
 
 def iter_audio_blocks(
@@ -96,7 +103,8 @@ def audio_duration(source: AudioSource) -> float:
         return len(_as_mono_16k(source)) / SAMPLE_RATE
     path = _checked_path(source)
     try:
-        info = sf.info(str(path))
+        with _quiet_stderr():
+            info = sf.info(str(path))
     except sf.LibsndfileError:
         pass
     else:
@@ -136,13 +144,36 @@ def _checked_path(source: str | Path) -> Path:
         raise AudioError(f"{path}: is a directory, not an audio file")
     if not path.is_file():
         raise AudioError(f"{path}: no such file")
+    if path.stat().st_size == 0:
+        raise AudioError(f"{path}: empty file (0 bytes)")
     return path
+
+
+@contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """The process's stderr (fd 2) goes to /dev/null in the block: libmpg123, libsndfile's MP3
+    decoder, prints to it directly, past `sys.stderr`. Our own messages come from AudioError.
+    The block is one open or one read (milliseconds); another thread's line then is lost too."""
+    sys.stderr.flush()
+    try:
+        saved = os.dup(2)
+    except OSError:  # no fd 2 at all: nothing to keep quiet
+        yield
+        return
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def _file_blocks(path: Path, block_s: float) -> Iterator[np.ndarray]:
     """Decode a file with libsndfile when it can, else with PyAV; resample to 16 kHz."""
     try:
-        sound_file = sf.SoundFile(str(path))
+        with _quiet_stderr():
+            sound_file = sf.SoundFile(str(path))
     except sf.LibsndfileError:
         container = _open_av(path)
         rate = container.streams.audio[0].sample_rate
@@ -154,22 +185,34 @@ def _file_blocks(path: Path, block_s: float) -> Iterator[np.ndarray]:
 
 def _sndfile_chunks(sound_file: sf.SoundFile, block_s: float) -> Iterator[np.ndarray]:
     """Yield mono float32 chunks at the file's own rate; check nothing is missing."""
-    name, expected = sound_file.name, sound_file.frames
-    block_len = round(block_s * sound_file.samplerate)
+    name, expected, rate = sound_file.name, sound_file.frames, sound_file.samplerate
+    block_len = round(block_s * rate)
     with sound_file:
         if sound_file.format in ("WAV", "WAVEX") and _wav_is_truncated(Path(name)):
-            raise AudioError(f"{name}: truncated WAV (data chunk shorter than its header says)")
+            raise AudioError(f"{name}: truncated WAV (its data is shorter than its header says)")
         read = 0
         try:
             # read() rather than blocks(): blocks() pads a short file up to its header length
-            while len(chunk := sound_file.read(block_len, dtype="float32", always_2d=True)):
+            while len(chunk := _quiet_read(sound_file, block_len)):
                 read += len(chunk)
                 yield chunk.mean(axis=1, dtype=np.float32)
         except sf.LibsndfileError as error:
-            raise AudioError(f"{name}: corrupt audio after {read} frames ({error})") from error
+            raise AudioError(f"{name}: damaged or truncated audio data") from error
     exact = sound_file.format != "MP3" or _mp3_states_length(Path(name))
     if exact and read < expected:
-        raise AudioError(f"{name}: truncated audio ({read} of {expected} frames)")
+        raise _truncated(name, read / rate, expected / rate)
+
+
+def _quiet_read(sound_file: sf.SoundFile, frames: int) -> np.ndarray:
+    """Up to `frames` frames as [frames, channels] float32, the MP3 decoder's chatter muted."""
+    with _quiet_stderr():
+        return sound_file.read(frames, dtype="float32", always_2d=True)
+
+
+def _truncated(name: str | Path, got_s: float, expected_s: float) -> AudioError:
+    return AudioError(
+        f"{name}: truncated or damaged: {got_s:.1f} of its {expected_s:.1f} s could be decoded"
+    )
 
 
 def _wav_is_truncated(path: Path) -> bool:
@@ -209,8 +252,14 @@ def _open_av(path: Path) -> av.container.InputContainer:
     """Open a file with PyAV and check it has an audio stream, or raise AudioError."""
     try:
         container = av.open(str(path))
-    except (av.FFmpegError, UnicodeDecodeError) as error:
-        raise AudioError(f"{path}: not a readable audio file ({error})") from error
+    except (av.error.InvalidDataError, UnicodeDecodeError) as error:
+        raise AudioError(
+            f"{path}: not an audio file that as2d can decode (an unknown format, or damaged)"
+        ) from error
+    except av.error.EOFError as error:
+        raise AudioError(f"{path}: truncated (the file ends before its audio)") from error
+    except av.FFmpegError as error:  # reading failed: permission denied, I/O error, ...
+        raise AudioError(f"{path}: cannot be read ({error.strerror})") from error
     if not container.streams.audio or not container.streams.audio[0].sample_rate:
         container.close()
         raise AudioError(f"{path}: no audio stream in this file")
@@ -227,13 +276,13 @@ def _decode_av(container: av.container.InputContainer, path: Path) -> Iterator[n
                 decoded += frame.samples
                 yield frame.to_ndarray().mean(axis=0, dtype=np.float32)
         except av.FFmpegError as error:
-            raise AudioError(f"{path}: corrupt audio after {decoded} samples ({error})") from error
+            got_s = decoded / stream.sample_rate
+            raise AudioError(f"{path}: damaged audio data at {got_s:.1f} s") from error
         indexed = container.format.name.split(",")[0] in _EXACT_DURATION_FORMATS
         if indexed and stream.duration is not None and stream.time_base is not None:
             expected_s = float(stream.duration * stream.time_base)
             if decoded / stream.sample_rate < expected_s - _TRUNCATION_SLACK_S:
-                got_s = decoded / stream.sample_rate
-                raise AudioError(f"{path}: truncated audio ({got_s:.2f} of {expected_s:.2f} s)")
+                raise _truncated(path, decoded / stream.sample_rate, expected_s)
 
 
 def _float_frames(

@@ -8,10 +8,9 @@ import functools
 import numpy as np
 import torch
 
-from as2d.types import N_SAMPLES, SAMPLE_RATE
+from as2d.types import HOP, N_SAMPLES, SAMPLE_RATE
 
 N_FFT = 400  # 25 ms windows
-HOP = 160  # every 10 ms: 3000 frames a 30 s window
 
 
 def log_mel(audio: np.ndarray, n_mels: int) -> torch.Tensor:

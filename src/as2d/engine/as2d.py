@@ -22,6 +22,7 @@ import torch
 
 from as2d.drafting.aligner import DrafterStreamSource, WordKeys
 from as2d.drafting.draft_tokens import DraftTokens
+from as2d.drafting.family import draft_seconds
 from as2d.drafting.sources import CandidateSource, HistoryLookup, PromptLookup
 from as2d.engine.gate import PROBE_EVERY, DraftGate
 from as2d.engine.policy import BudgetPolicy
@@ -85,6 +86,7 @@ class SpeculativeDecoder:
         self.base = 0  # drafter window number of the current recording's window 0
         self._first = 0  # `base` while the current recording's windows are read (`activity`)
         self.stored: Drafts | None = None  # the current recording's drafts made before
+        self.language: str | None = None  # the recording's, once known: picks `auto`'s model
 
     def windows(self, windows: Iterable[Window]) -> Iterator[Window]:
         """Yields a recording's windows in order, submitting each to the drafter early."""
@@ -206,8 +208,9 @@ class SpeculativeDecoder:
         index, d = self.base + window.index, self.drafter
         if d is None or not d.wants(index) or self._stored(window):
             return
-        if self.gate is None or self.gate.pays(window.duration, d.warm_costs):
-            d.submit(replace(window, index=index))  # else the target decodes it alone
+        costs, input_s = d.costs(self.language), draft_seconds(window, d.spec.tail_s)
+        if self.gate is None or self.gate.pays(window.duration, input_s, costs):
+            d.submit(replace(window, index=index), self.language)  # else the target alone
 
 
 class Payoff:

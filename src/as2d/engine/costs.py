@@ -8,8 +8,11 @@ import hashlib
 import importlib.metadata
 import json
 import re
+from collections.abc import Mapping
+from dataclasses import asdict
 from pathlib import Path
 
+from as2d.drafting.family import DraftCosts
 from as2d.writers import write_atomic
 
 # Measured costs are cached per version of the code that they time: bump it when a change
@@ -49,22 +52,23 @@ def drafter_costs_path(cache: Path, drafter: str, threads: int) -> Path:
     return cost_path(cache, f"drafter-{drafter}", machine_key(), threads)
 
 
-def save_drafter_costs(path: Path, costs: tuple[float, float]) -> None:
-    """Keeps (encoder s, step s) at `path`, atomically; a cache that cannot be written is
-    left as it is (the costs are measured again at the next start)."""
+def save_drafter_costs(path: Path, costs: Mapping[str, DraftCosts]) -> None:
+    """Keeps a drafter's costs by language at `path`, atomically; a cache that cannot be
+    written is left as it is (the costs are measured again at the next start)."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, json.dumps({"encode_s": costs[0], "step_s": costs[1]}) + "\n")
+        write_atomic(path, json.dumps({k: asdict(v) for k, v in costs.items()}) + "\n")
     except OSError:
         pass
 
 
-def load_drafter_costs(path: Path) -> tuple[float, float] | None:
-    """(encoder s, step s) kept at `path`; None where there are none."""
+def load_drafter_costs(path: Path) -> dict[str, DraftCosts] | None:
+    """A drafter's costs by language kept at `path`; None where there are none (or they are
+    of an older form)."""
     try:
         data = json.loads(path.read_text())
-        return float(data["encode_s"]), float(data["step_s"])
-    except (OSError, ValueError, KeyError, TypeError):
+        return {k: DraftCosts(**{f: float(x) for f, x in v.items()}) for k, v in data.items()}
+    except (OSError, ValueError, AttributeError, TypeError):
         return None
 
 

@@ -8,6 +8,7 @@ from collections import deque
 from collections.abc import Iterable
 from pathlib import Path
 
+from as2d.drafting.family import DraftCosts, costs_for
 from as2d.engine.costs import (
     cost_path,
     drafter_costs_path,
@@ -31,21 +32,18 @@ class DraftGate:
     """Whether drafting a window can pay for the cores it takes, decided from its length
     before the drafter sees it.
 
-    While the drafter works on a window, it takes `share` of the cores: for its encoder (as
-    long for 2 s of speech as for 30 s) and a step per token (`DrafterProcess.warm_costs`,
-    timed at its start-up: a window's own times include the SIGSTOPs of core loans). Its
-    encoder runs beside the target's, which scales with cores: it costs the target `share` of
-    its time. Its steps run beside the target's steps, which scale with cores on some machines
-    and not at all on others (whisper-base: 9.7 ms on 2 cores of one EPYC, 21-24 ms on 1 or 2
-    of an older one): they cost `step_loss`, 1 - step on every core / step on the target's
-    own threads, at most `share`. Each token the target commits from a draft saves it most of
-    a plain step on every core (`SAVED_PER_TOKEN` of `alone_step_s`). With the window's
-    tokens expected from its length (tokens per second of audio in recent windows) and the
-    share of tokens committed from drafts in recent drafted windows, a window is drafted when
-    the saving expected exceeds the cost; the others the target decodes alone on every core,
-    as target-only does. A few seconds of speech hold too few tokens to pay for the drafter's
-    encoder (whisper-base with tiny.en on 2 cores: 4-7 s to break even on the first EPYC,
-    about 20 s on the older one, whose int8 encoder takes 1.4 s).
+    While the drafter works on a window, it takes `share` of the cores: for its encoder (on
+    the window's speech and a short tail where it is sized to it, else on 30 s) and a step
+    per token (`DraftCosts`, timed at its start-up: a window's own times include the
+    SIGSTOPs of core loans). Its encoder runs beside the target's, which scales with cores:
+    it costs the target `share` of its time. Its steps run beside the target's steps, which
+    scale with cores on some machines and not at all on others: they cost `step_loss`,
+    1 - step on every core / step on the target's own threads, at most `share`. Each token
+    the target commits from a draft saves it most of a plain step on every core
+    (`SAVED_PER_TOKEN` of `alone_step_s`). With the window's tokens expected from its length
+    (tokens per second of audio in recent windows) and the share of tokens committed from
+    drafts in recent drafted windows, a window is drafted when the saving expected exceeds
+    the cost; the others the target decodes alone on every core, as target-only does.
     A drafter judged too inaccurate still gets every `PROBE_EVERY`-th window, so that it is
     noticed when it agrees again (a new speaker, language or recording).
     """
@@ -66,14 +64,13 @@ class DraftGate:
         self._drafted: deque[tuple[int, int]] = deque(maxlen=RECENT_WINDOWS)  # (tokens, drafted)
         self._refused = 0  # windows refused in a row for too few tokens from drafts
 
-    def pays(self, seconds: float, costs: tuple[float, float] | None) -> bool:
-        """Whether to draft a window of `seconds` of audio, given the drafter's (encoder s,
-        step s); True while either is unknown."""
+    def pays(self, seconds: float, input_s: float, costs: DraftCosts | None) -> bool:
+        """Whether to draft a window of `seconds` of audio whose drafter encoder reads
+        `input_s` (`draft_seconds`), given the drafter's costs; True while they are unknown."""
         if costs is None or self.alone_step_s is None:
             return True
-        encode_s, step_s = costs
         tokens = seconds * _ratio(self._rate, TOKENS_PER_S)
-        cost = encode_s * self.share + tokens * step_s * self.step_loss
+        cost = costs.encode_s(input_s) * self.share + tokens * costs.step_s * self.step_loss
         most = tokens * SAVED_PER_TOKEN * self.alone_step_s  # saved were every token drafted
         if most * _ratio(self._drafted, FROM_DRAFTS) > cost:
             self._refused = 0
@@ -115,6 +112,9 @@ def drafting_may_pay(options: Options, cache: Path, seconds: Iterable[float]) ->
         shared = CostModel.load(cost_path(cache, name, machine, threads))[0]
     except (OSError, ValueError, KeyError):
         return True
-    costs = load_drafter_costs(drafter_costs_path(cache, o.drafter, extra))
+    costs = costs_for(load_drafter_costs(drafter_costs_path(cache, o.drafter, extra)), o.language)
     longest = min(max(seconds, default=0.0), MAX_WINDOW_S)
-    return DraftGate(alone, (threads, extra), shared).pays(longest, costs)
+    input_s = (
+        MAX_WINDOW_S if o.drafter_tail_s is None else min(MAX_WINDOW_S, longest + o.drafter_tail_s)
+    )
+    return DraftGate(alone, (threads, extra), shared).pays(longest, input_s, costs)

@@ -15,10 +15,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from as2d.drafting.family import DrafterFamily
 from as2d.options import Options
-from as2d.runtime.spec import CT2_PREFIX
 
-DRAFTERS = ("whisper-tiny.en", "ct2:whisper-tiny.en", "ct2:whisper-base")  # issue 4 catalog
+DRAFTERS = ("auto", "whisper-tiny.en", "ct2:whisper-tiny.en", "ct2:whisper-base")
 BUDGETS: tuple[int | None, ...] = (None, 2, 4, 8, 16)  # None: auto, chosen per step
 DRAFTER_METHODS = frozenset({"as2d", "sd"})  # methods that run a drafter model
 TARGET_ONLY = "target"
@@ -79,7 +79,7 @@ def catalog(
         if method == TARGET_ONLY:
             configs += [Config(method, threads=t) for t in sorted({1, cores})]
         elif method in DRAFTER_METHODS:
-            usable = [d for d in drafters if method != "sd" or not d.startswith(CT2_PREFIX)]
+            usable = [d for d in drafters if method != "sd" or DrafterFamily(d).coupled]
             configs += [Config(method, d, k) for d in usable for k in budgets]
         else:
             configs += [Config(method, budget=k) for k in budgets]

@@ -46,6 +46,11 @@ def render_report(
         "",
         _oracle_line(content),
         "",
+        'Windows slower: the share whose median time is above the baseline\'s; "> 3 %": '
+        "slower by more than 3 %, beside the noise floor, the same share for the baseline "
+        f"against itself (its earlier repeats against its later ones): "
+        f"{noise_floor_cell(content)}.",
+        "",
         "![speed-up](speedup.png) ![per-window speed-up](window_speedup_cdf.png)",
         *subset_table(content),
     ]
@@ -129,7 +134,13 @@ def slower_cell(config: Mapping[str, Any]) -> str:
         cell += f" ({100 * alone:.0f} % alone; {100 * others:.1f} % of the rest)"
     elif alone:
         cell += " (all alone)"
-    return cell
+    return cell + f"; > 3 %: {100 * config.get('frac_slower_3pct', 0.0):.1f} %"
+
+
+def noise_floor_cell(part: Mapping[str, Any]) -> str:
+    """The share of windows target-only is slower than itself by more than 3 %."""
+    floor = part.get("noise_floor_slower_3pct")
+    return "-" if floor is None else f"{100 * floor:.1f} %"
 
 
 def subset_table(content: dict[str, object]) -> list[str]:
@@ -158,6 +169,8 @@ def subset_table(content: dict[str, object]) -> list[str]:
             cell = f"{c['speedup']:.2f}x / {slower_cell(c)}"
             cells.setdefault(c["name"], []).append(cell)
     lines += [f"| {name} | {' | '.join(row)} |" for name, row in cells.items()]
+    floors = [noise_floor_cell(part) for part in subsets.values()]
+    lines.append(f"| noise floor (> 3 %, target-only against itself) | {' | '.join(floors)} |")
     return lines
 
 

@@ -31,6 +31,7 @@ from as2d.eval.metrics import wer
 from as2d.eval.oracle import WindowKey, held_out_oracle, hindsight_oracle, pooled_tokens_per_s
 
 ORACLE_METHOD = "as2d"  # the oracle picks among this method's configurations (+ target-only)
+CLEARLY_SLOWER = 1.03  # a window "slower by more than 3 %": above this times the baseline's
 
 
 @dataclass
@@ -52,6 +53,7 @@ class ConfigSummary:
     seconds: float
     frac_windows_alone: float = 0.0  # decoded as target-only decodes them (see the docstring)
     frac_others_slower: float | None = None  # of the other windows, the share slower; None: none
+    frac_slower_3pct: float = 0.0  # windows slower than the baseline by more than 3 %
 
 
 @dataclass
@@ -114,7 +116,9 @@ def summarise(bench: BenchRun, m: Measured) -> list[ConfigSummary]:
         verify = sum(w.verify_passes for w in windows)
         mine = m.times[config.name]
         rate = pooled_tokens_per_s(m.tokens, mine)
-        slower = {key for key in mine if mine[key] > m.times[m.baseline.name][key]}
+        base = m.times[m.baseline.name]
+        slower = {key for key in mine if mine[key] > base[key]}
+        clearly = [key for key in mine if mine[key] > CLEARLY_SLOWER * base[key]]
         alone = _decoded_as_target_only(runs) if config.method != TARGET_ONLY else set()
         others = len(mine) - len(alone)
         rows.append(
@@ -134,6 +138,7 @@ def summarise(bench: BenchRun, m: Measured) -> list[ConfigSummary]:
                 seconds=sum(mine.values()),
                 frac_windows_alone=len(alone) / len(mine) if mine else 0.0,
                 frac_others_slower=len(slower - alone) / others if others else None,
+                frac_slower_3pct=len(clearly) / len(mine) if mine else 0.0,
             )
         )
     return rows
@@ -151,6 +156,23 @@ def _decoded_as_target_only(runs: Sequence[RecordingRun]) -> set[WindowKey]:
     return {key for key, alone in plain.items() if alone}
 
 
+def noise_floor(m: Measured) -> float | None:
+    """The share of windows on which the baseline is slower than itself by more than 3 %:
+    its repeats split in two halves (the earlier and the later), each window's median of one
+    half against the other's. What this machine's noise alone makes of "slower by more than
+    3 %"; None with a single repeat.
+
+    Example: repeats [1.00, 1.10, 1.00, 1.00] of a window: halves 1.05 against 1.00: slower.
+    """
+    halves: list[float] = []
+    for times in m.samples[m.baseline.name].values():
+        if len(times) < 2:
+            return None
+        half = len(times) // 2
+        halves.append(statistics.median(times[:half]) / statistics.median(times[half:]))
+    return sum(h > CLEARLY_SLOWER for h in halves) / len(halves) if halves else None
+
+
 def subset_summaries(bench: BenchRun, m: Measured) -> dict[str, dict[str, object]]:
     """Per subset (in the order they first appear): its size and every configuration's
     figures on its windows (`summarise`, the whole set's baseline); empty without subsets."""
@@ -163,6 +185,7 @@ def subset_summaries(bench: BenchRun, m: Measured) -> dict[str, dict[str, object
             "recordings": len(part.recordings),
             "windows": len(part_m.tokens),
             "audio_s": sum(w.end - w.start for run in baseline_runs for w in run.windows),
+            "noise_floor_slower_3pct": noise_floor(part_m),
             "configs": [asdict(r) for r in summarise(part, part_m)],
         }
     return result
@@ -210,6 +233,7 @@ def summary(
         "audio_s": bench.audio_s,
         "windows": len(m.tokens),
         "baseline": m.baseline.name,
+        "noise_floor_slower_3pct": noise_floor(m),
         "configs": [asdict(r) for r in rows],
         **({"subsets": subsets} if subsets else {}),
         "oracle": oracle,

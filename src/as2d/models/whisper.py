@@ -195,13 +195,18 @@ class WhisperTarget:
 
     @torch.inference_mode()
     def encode(
-        self, audio: np.ndarray, between: Callable[[], object] | None = None
+        self,
+        audio: np.ndarray,
+        between: Callable[[], object] | None = None,
+        frames: int | None = None,
     ) -> EncodedAudio:
         """Log-mel features of a ≤ 30 s window (padded to 30 s) and the encoder forward.
 
-        `between`: called before the encoder and before each of its layers.
+        `between`: called before the encoder and before each of its layers. `frames`: the
+        encoder reads only the first `frames` (even) log-mel frames, not Whisper's 3000: a
+        drafter's input sized to its speech, whose output changes (drafts need not be exact).
         """
-        feats = log_mel(audio, self.n_mels)  # [1, n_mels, 3000]
+        feats = log_mel(audio, self.n_mels)[:, :, :frames]  # [1, n_mels, frames or 3000]
         feats = feats.to(self.device, self.encoder_dtype)
         encoder = self.model.model.encoder
         hooks = [] if between is None else _call_before_layers(encoder.layers, between)

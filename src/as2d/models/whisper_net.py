@@ -114,9 +114,10 @@ class WhisperEncoder(nn.Module):
         self.layer_norm = nn.LayerNorm(d)
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
-        """[1, n_mels, 3000] log-mel features -> [1, 1500, d]."""
+        """[1, n_mels, frames] log-mel features -> [1, frames / 2, d] (Whisper: 3000 -> 1500;
+        a drafter's input sized to its speech is shorter, with the first positions)."""
         x = F.gelu(self.conv2(F.gelu(self.conv1(features)))).permute(0, 2, 1)
-        x = x + self.embed_positions.weight
+        x = x + self.embed_positions.weight[: x.shape[1]]
         for layer in self.layers:
             x = layer(x)
         return self.layer_norm(x)

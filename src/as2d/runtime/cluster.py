@@ -12,6 +12,7 @@ when `--ray` is given (`pip install 'as2d[ray]'`).
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import time
@@ -82,17 +83,18 @@ class FileWorker:
     """A Ray actor: one Transcriber on `cpus` CPUs, decoding one file at a time. Threaded
     (two calls at once), so that `progress` answers while `transcribe` runs."""
 
-    def __init__(self, options: Options, fmt: str, previous: str | None, longest_s: float) -> None:
-        from as2d.engine.gate import drafting_may_pay
-        from as2d.models.bundled import cache_root
+    def __init__(
+        self, options: Options, fmt: str, previous: str | None, durations: dict[str, float]
+    ) -> None:
         from as2d.options import drafter_spec
         from as2d.runtime.drafter import start_drafter
+        from as2d.runtime.drafts import drafter_needed
 
         self.fmt, self.previous = fmt, previous
-        # As a one-off command: no drafter process where no file (the longest is `longest_s`)
-        # is long enough for drafting to pay by this node's costs; else it starts before
-        # torch is imported, so that both load side by side.
-        spawn = drafting_may_pay(options, cache_root(), [longest_s])
+        # As a one-off command (the same rule): no drafter process where every file's drafts
+        # are stored on this node, or no file is long enough for drafting to pay by this
+        # node's costs; else it starts before torch is imported, so both load side by side.
+        spawn = drafter_needed(options, list(durations), durations.values())
         drafter = start_drafter(drafter_spec(options)) if spawn else None
         from as2d.api import Transcriber
 
@@ -143,6 +145,8 @@ def connect(address: str) -> Any:
     except ImportError:
         raise RayUnavailableError("--ray needs Ray: pip install 'as2d[ray]'") from None
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no usage reports, no prompt
+    # Ray's start-up notes (token authentication, ...) stay off the terminal, its errors do not
+    logging.getLogger("ray").setLevel(logging.ERROR)
     try:
         if address == "local":
             ray.init(
@@ -177,8 +181,8 @@ def transcribe_on_ray(
         cpus = int(ray.cluster_resources().get("CPU", 0))
         workers = max(1, min(len(tasks), cpus // cpus_per_worker))
         actor = ray.remote(num_cpus=cpus_per_worker, max_concurrency=2)(FileWorker)
-        longest = max((task.audio_s for task in tasks), default=0.0)
-        job = _Job(ray, actor, worker_threads(options, cpus_per_worker), fmt, previous, longest)
+        durations = {task.file: task.audio_s for task in tasks}
+        job = _Job(ray, actor, worker_threads(options, cpus_per_worker), fmt, previous, durations)
         return job.run(tasks, workers, progress or _ignore, report or _ignore)
     finally:
         ray.shutdown()
@@ -199,10 +203,10 @@ class _Job:
         options: Options,
         fmt: str,
         previous: str | None,
-        longest_s: float,
+        durations: dict[str, float],
     ):
         self.ray, self.actor, self.options = ray, actor, options
-        self.fmt, self.previous, self.longest_s = fmt, previous, longest_s
+        self.fmt, self.previous, self.durations = fmt, previous, durations
         self.starting: dict[Any, Any] = {}  # pid() ref -> worker loading its models
         self.idle: list[Any] = []
         self.busy: dict[Any, tuple[Any, FileTask]] = {}  # transcribe() ref -> (worker, task)
@@ -250,7 +254,7 @@ class _Job:
         return run
 
     def _start_worker(self) -> None:
-        worker = self.actor.remote(self.options, self.fmt, self.previous, self.longest_s)
+        worker = self.actor.remote(self.options, self.fmt, self.previous, self.durations)
         self.starting[worker.pid.remote()] = worker
 
     def _started(self, ref: Any, run: ClusterRun) -> None:
@@ -324,4 +328,7 @@ class _Job:
 
 
 def print_line(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+    """One line on stderr, where a local run prints its lines (above the progress bar)."""
+    from tqdm import tqdm
+
+    tqdm.write(line, file=sys.stderr)

@@ -29,7 +29,7 @@ when the slot is reused is one the target no longer wants (the child abandons it
 Messages from the child (times are `time.perf_counter()`: CLOCK_MONOTONIC on Linux,
 one system-wide clock, so child and parent times are directly comparable):
 
-    ("ready", t, encode_s, step_s)           model loaded; its warm-up's encoder and step times
+    ("ready", t, costs)                      model loaded; its warm-up's `DraftCosts` by language
     ("start", index, t) / ("encoded", index, t)
     ("text", index, keep, delta)             window text is now text[:keep] + delta
     ("done", index, start, end, tokens, finished)
@@ -53,30 +53,21 @@ import time
 import types
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from as2d.drafting.family import DraftCosts, costs_for, draft_audio
 from as2d.engine.costs import drafter_costs_path, save_drafter_costs
-from as2d.models.bundled import cache_root, ct2_dir
+from as2d.models.bundled import cache_root
 from as2d.runtime.frames import FrameReader
 from as2d.runtime.launch import Keeper, start_child
-from as2d.runtime.spec import (
-    CRASH_EXIT_CODE,
-    CT2_PREFIX,
-    FAULTS,
-    SLEEP_FAULT_S,
-    BusyInterval,
-    DrafterSpec,
-)
+from as2d.runtime.spec import CRASH_EXIT_CODE, FAULTS, SLEEP_FAULT_S, BusyInterval, DrafterSpec
 from as2d.runtime.worker import ChildLink, child_main
 from as2d.types import N_SAMPLES, Window
 
 __all__ = [
     "CRASH_EXIT_CODE",
-    "CT2_PREFIX",
     "FAULTS",
     "SLEEP_FAULT_S",
     "BusyInterval",
@@ -126,10 +117,10 @@ class DrafterProcess:
         self.lost = False
         self.reason: str | None = None  # why the drafter was lost
         self.ready = False  # model loaded
-        # Start-up's (encoder s, step s) in CPU seconds per thread, so that the parent's own
+        # Start-up's costs by language in CPU seconds per thread, so that the parent's own
         # start-up beside it does not count; a window's times include the SIGSTOPs of core
         # loans (`stop`).
-        self.warm_costs: tuple[float, float] | None = None
+        self.warm_costs: dict[str, DraftCosts] | None = None
         self.intervals: list[BusyInterval] = []  # one small record per window drafted
         self._ctx = mp.get_context("spawn")
         self._process: Any = None
@@ -159,8 +150,6 @@ class DrafterProcess:
     def start(self) -> None:
         """Spawns the drafter process; it loads its model in the background.
 
-        A bundled CT2 name is resolved to its directory here (split model files are
-        joined into the cache once, on first use), so the child never imports torch.
         From any thread: the drafter lives until `close` or the end of this process. If
         anything interrupts the start (Ctrl-C), what was started is closed before it raises.
         """
@@ -171,17 +160,12 @@ class DrafterProcess:
             raise
 
     def _spawn(self) -> None:
-        try:
-            spec = _with_ct2_dir(self.spec)
-        except ValueError as err:  # ModelNotFoundError: the target carries on alone
-            self._lose(f"drafter failed: {err}")
-            return
         self._audio = self._ctx.RawArray("f", self._slots * N_SAMPLES)
         self._slot_audio = np.frombuffer(self._audio, np.float32).reshape(self._slots, N_SAMPLES)
         windows, self._windows = self._ctx.Pipe(duplex=False)
         self._results, results = self._ctx.Pipe(duplex=False)
         link = ChildLink(windows, results, self._released, self._audio)
-        self._process = self._ctx.Process(target=child_main, args=(spec, link), daemon=True)
+        self._process = self._ctx.Process(target=child_main, args=(self.spec, link), daemon=True)
         with _child_env(self.spec.threads), _bare_main():
             self._keeper = start_child(self._process)
         windows.close()  # the child holds the other ends: EOF on results means it is gone
@@ -236,8 +220,14 @@ class DrafterProcess:
         target_on = self._released.value + 1
         return self.alive and index > self._submitted and index <= target_on + self.spec.lookahead
 
-    def submit(self, window: Window) -> None:
-        """Hands a window to the drafter: copies its audio (≤ 30 s) into its shared slot.
+    def costs(self, language: str | None) -> DraftCosts | None:
+        """What drafting a window in `language` (None: not known yet) costs, as timed at
+        start-up; None before the model is loaded."""
+        return costs_for(self.warm_costs, language)
+
+    def submit(self, window: Window, language: str | None = None) -> None:
+        """Hands a window to the drafter: copies the audio its encoder reads (`draft_audio`,
+        ≤ 30 s) into its shared slot. `language`: the window's, where the target knows it.
 
         Raises:
             ValueError: `wants(window.index)` is False while the drafter is alive.
@@ -248,12 +238,12 @@ class DrafterProcess:
             raise ValueError(f"window {window.index} is not wanted now (see wants)")
         if not self._outstanding():
             self._last_heard = time.perf_counter()  # the stall clock starts with the work
-        samples, slot = min(len(window.audio), N_SAMPLES), window.index % self._slots
-        self._slot_audio[slot, :samples] = window.audio[:samples]
+        audio, slot = draft_audio(window, self.spec.tail_s), window.index % self._slots
+        self._slot_audio[slot, : len(audio)] = audio
         self._drafts[window.index] = _WindowDraft()
         self._submitted = window.index
         try:
-            self._windows.send((window.index, slot, samples))
+            self._windows.send((window.index, slot, len(audio), language))
         except OSError as err:  # the child is gone, or has not read windows for ages
             self._lose(f"drafter does not take windows ({type(err).__name__})")
 
@@ -288,10 +278,10 @@ class DrafterProcess:
 
     def spare(self, index: int) -> bool:
         """Whether stopping the drafter now would hold back no text the target needs soon for
-        window `index`: a PyTorch drafter publishes token by token, so once past its encoder
-        for the window; a CTranslate2 one publishes the whole window at its end, so once done.
+        window `index`: a drafter that publishes token by token, once past its encoder for the
+        window; a CTranslate2 one publishes the whole window at its end, so once done.
         """
-        return self.done(index) if self.spec.ct2_model else self.encoded(index)
+        return self.encoded(index) if self.spec.family.streams else self.done(index)
 
     def release(self, index: int) -> None:
         """The target is done with window `index` and all before it: forget their drafts.
@@ -363,7 +353,7 @@ class DrafterProcess:
         elif kind == "done":
             self._finish(*args)
         elif kind == "ready":
-            self.ready, self.warm_costs = True, (args[1], args[2])
+            self.ready, self.warm_costs = True, args[1]
             path = drafter_costs_path(cache_root(), self.spec.name, self.spec.threads)
             save_drafter_costs(path, self.warm_costs)  # for `gate.drafting_may_pay`
         elif kind == "error":
@@ -406,14 +396,6 @@ def start_drafter(spec: DrafterSpec | None) -> DrafterProcess | None:
     drafter = DrafterProcess(spec)
     drafter.start()
     return drafter
-
-
-def _with_ct2_dir(spec: DrafterSpec) -> DrafterSpec:
-    """`spec` with a bundled CT2 name ("ct2:whisper-base") replaced by its directory."""
-    ct2 = spec.ct2_model
-    if ct2 is None or Path(ct2).is_dir():
-        return spec
-    return replace(spec, name=CT2_PREFIX + str(ct2_dir(ct2)))
 
 
 @contextmanager

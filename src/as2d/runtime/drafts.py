@@ -17,12 +17,12 @@ import json
 import os
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import suppress
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
+from as2d.drafting.family import DraftModel, draft_audio
 from as2d.options import Options, drafter_spec
-from as2d.runtime.spec import CT2_PREFIX, DrafterSpec
+from as2d.runtime.spec import DrafterSpec
 from as2d.types import Window
 from as2d.writers import write_atomic
 
@@ -122,7 +122,7 @@ class DraftStore:
             total -= size
 
 
-def _stored_draft(entry: Any) -> StoredDraft:
+def _stored_draft(entry: object) -> StoredDraft:
     """One window of a store file, as `save` writes it: ValueError for anything else."""
     if not isinstance(entry, dict) or set(entry) != {"start", "end", "text"}:
         raise ValueError("not a stored window")
@@ -152,6 +152,19 @@ def stored_drafts(options: Options, audio: object) -> Drafts | None:
     return store.load(store.key(Path(audio), spec))
 
 
+def drafter_needed(options: Options, files: Sequence[str], seconds: Iterable[float]) -> bool:
+    """Whether a command over `files` (`seconds` long) should start a drafter process: not
+    where every file's drafts are stored (`as2d draft`), nor where none is long enough for
+    drafting to pay on this machine (`drafting_may_pay`). The command line and each Ray
+    worker ask it alike."""
+    from as2d.engine.gate import drafting_may_pay
+    from as2d.models.bundled import cache_root
+
+    if all(stored_drafts(options, file) is not None for file in files):
+        return False
+    return drafting_may_pay(options, cache_root(), seconds)
+
+
 class AheadDrafter:
     """`spec`'s drafter in this process, loaded on first need, drafting files into `store`
     (`as2d draft`, `as2d bench --drafts ready`)."""
@@ -159,34 +172,30 @@ class AheadDrafter:
     def __init__(self, store: DraftStore, spec: DrafterSpec) -> None:
         self.store = store
         self.spec = spec
-        self._model: Any = None
+        self._model: DraftModel | None = None
 
     def draft(self, audio: Path) -> None:
         """Drafts `audio` unless its drafts are stored already."""
         key = self.store.key(audio, self.spec)
         if self.store.load(key) is None:
             self._model = self._model or load_drafter(self.spec)
-            self.store.save(key, make_drafts(audio, self._model) or [])
+            self.store.save(key, make_drafts(audio, self._model, self.spec) or [])
 
 
-def load_drafter(spec: DrafterSpec) -> Any:
+def load_drafter(spec: DrafterSpec) -> DraftModel:
     """`spec`'s drafter model in this process, on `spec.threads` threads (`make_drafts`)."""
-    from as2d.models.bundled import ct2_dir
-    from as2d.runtime.worker import make_drafter
-
-    ct2 = spec.ct2_model
-    if ct2 is not None and not Path(ct2).is_dir():
-        spec = replace(spec, name=CT2_PREFIX + str(ct2_dir(ct2)))
-    return make_drafter(spec)
+    return spec.family.load(spec)
 
 
 def make_drafts(
     audio: Path,
-    drafter: Any,
+    drafter: DraftModel,
+    spec: DrafterSpec,
     stop: Callable[[], bool] = lambda: False,
     done: list[StoredDraft] | None = None,
 ) -> list[StoredDraft] | None:
-    """Drafts every speech window of `audio` with `drafter` (`load_drafter`) after those in
+    """Drafts every speech window of `audio` with `drafter` (`load_drafter(spec)`, whose
+    encoder input and language `spec` gives) after those in
     `done` (appended to as windows finish). `stop()` is asked before each window: None once it
     answers True, the windows drafted so far kept in `done` to resume from."""
     from as2d.audio.windows import iter_windows
@@ -197,6 +206,7 @@ def make_drafts(
             continue  # drafted before a stop
         if stop():
             return None
-        texts = [text for _, text in drafter.texts(drafter.encode(window.audio))]
+        encoded = drafter.encode(draft_audio(window, spec.tail_s), spec.language)
+        texts = [text for _, text in drafter.texts(encoded)]
         drafts.append(StoredDraft(window.start, window.end, texts[-1] if texts else ""))
     return drafts

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-CT2_PREFIX = "ct2:"  # DrafterSpec.name "ct2:<bundled name or CT2 dir>" runs CTranslate2 int8
+from as2d.drafting.family import DEFAULT_TAIL_S, DrafterFamily
+
 FAULTS = ("random", "empty", "sleep", "crash")  # DrafterSpec.fault values (tests only)
 CRASH_EXIT_CODE = 70  # exit status of a drafter with fault="crash"
 SLEEP_FAULT_S = 3600.0  # a drafter with fault="sleep" sleeps this long before each token
@@ -15,13 +16,14 @@ class DrafterSpec:
     """Which drafter to run, and how.
 
     Attributes:
-        name: a `load_whisper` name or path ("whisper-tiny.en", a local HF dir, a hub
-            id) for a PyTorch drafter, or "ct2:<bundled name or CT2 dir>" for a
-            CTranslate2 drafter at int8.
+        name: a drafter name (`DrafterFamily`): "auto", a Whisper name or path for a
+            PyTorch drafter, or "ct2:<bundled name or CT2 dir>" for CTranslate2 at int8.
         threads: CPU threads of the drafter process (intra-op; one interop thread).
         language: language code for multilingual drafters; None detects it per window.
         task: "transcribe" or "translate".
         lookahead: how many windows the drafter may be given beyond the target's.
+        tail_s: the encoder reads each window's speech and this much silence after it
+            (`draft_audio`); None: Whisper's 30 s.
         fault: FOR TESTS AND ROBUSTNESS BENCHMARKS ONLY: a deliberately bad drafter
             that the target must survive with unchanged output. "random": random words
             instead of the transcript; "empty": publishes nothing; "sleep": sleeps
@@ -35,17 +37,18 @@ class DrafterSpec:
     task: str = "transcribe"
     lookahead: int = 2
     fault: str | None = None
+    tail_s: float | None = DEFAULT_TAIL_S
 
     def __post_init__(self) -> None:
-        if self.threads < 1 or self.lookahead < 0:
+        if self.threads < 1 or self.lookahead < 0 or (self.tail_s or 0) < 0:
             raise ValueError(f"need threads >= 1 and lookahead >= 0, got {self}")
         if self.fault is not None and self.fault not in FAULTS:
             raise ValueError(f"fault must be None or one of {FAULTS}, got {self.fault!r}")
 
     @property
-    def ct2_model(self) -> str | None:
-        """The bundled name or directory after "ct2:", or None for a PyTorch drafter."""
-        return self.name.removeprefix(CT2_PREFIX) if self.name.startswith(CT2_PREFIX) else None
+    def family(self) -> DrafterFamily:
+        """What kind of drafter `name` stands for."""
+        return DrafterFamily(self.name)
 
 
 @dataclass(frozen=True)

@@ -21,15 +21,18 @@ import base64
 import binascii
 import dataclasses
 import json
+import logging
 import shutil
+import sys
 import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from pathlib import Path
 from typing import Any
 
+import uvicorn
 from prometheus_client import generate_latest
 from starlette.applications import Starlette
 from starlette.datastructures import UploadFile
@@ -46,6 +49,7 @@ from as2d.types import RunStats, WindowResult
 from as2d.writers import FileResult, to_srt, to_vtt
 
 RESPONSE_FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
+STREAM_FORMATS = ("json", "text")  # stream=true sends text deltas: no cues, no segments
 MODEL_ALIASES = ("whisper-1",)  # what OpenAI clients send by default: the server's target
 _CHUNK = 1 << 20
 
@@ -212,7 +216,8 @@ class AudioApi:
         try:
             return await request.form(max_files=1, max_fields=16)
         except Exception as err:  # starlette: malformed multipart, too many parts
-            raise ApiError(400, f"could not read the form: {err}") from None
+            reason = getattr(err, "detail", err)  # an HTTPException's words, not its status
+            raise ApiError(400, f"could not read the form: {reason}") from None
 
     async def _audio(self, request: Request, task: str) -> Response:
         self._check_length(request)
@@ -274,6 +279,13 @@ class AudioApi:
         stream = fields.get("stream", "false").lower()
         if stream not in ("true", "false"):
             raise ApiError(400, "stream must be true or false", "stream")
+        if stream == "true" and fmt not in STREAM_FORMATS:
+            raise ApiError(
+                400,
+                f"stream=true sends the text as events: response_format must be one of "
+                f"{STREAM_FORMATS}, not {fmt}",
+                "response_format",
+            )
         return fmt, stream == "true"
 
     def _check_language(self, language: str | None, task: str) -> None:
@@ -475,10 +487,40 @@ def create_app(options: Options, max_upload_mb: float = 200, queue_size: int = 1
     return Starlette(routes=api.routes(), lifespan=lifespan)
 
 
+class _Server(uvicorn.Server):
+    """uvicorn's server, saying on stderr where it listens once it does (models loaded,
+    socket bound): one line, what `uvicorn.run` would log at info level."""
+
+    def __init__(self, config: uvicorn.Config, target: str) -> None:
+        super().__init__(config)
+        self.target = target
+
+    async def startup(self, sockets: Any = None) -> None:
+        await super().startup(sockets)
+        if self.started:
+            host = self.config.host
+            url = f"http://{f'[{host}]' if ':' in host else host}:{self.config.port}"
+            line = f"as2d: serving {self.target} on {url} (Ctrl-C to stop)"
+            print(line, file=sys.stderr, flush=True)
+
+
 def serve(options: Options, host: str, port: int, max_upload_mb: float, queue_size: int) -> None:
     """Runs the server until SIGINT/SIGTERM: uvicorn stops taking requests, answers those in
-    flight, and the lifespan closes the models."""
-    import uvicorn
+    flight, and the lifespan closes the models.
 
+    Raises:
+        SystemExit: the server could not start (uvicorn has said why).
+    """
+    # A malformed multipart body is answered 400; python-multipart also warns about it on
+    # stderr (through logging's last resort). Its errors (a temporary file that cannot be
+    # made) are still shown.
+    logging.getLogger("python_multipart").setLevel(logging.ERROR)
     app = create_app(options, max_upload_mb, queue_size)
-    uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=300)
+    config = uvicorn.Config(
+        app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=300
+    )
+    server = _Server(config, options.target)
+    with suppress(KeyboardInterrupt):  # raised again by uvicorn once it has shut down
+        server.run()
+    if not server.started:
+        raise SystemExit(3)  # uvicorn's STARTUP_FAILURE, as uvicorn.run exits

@@ -100,7 +100,9 @@ class Recordings:
             try:
                 with _threads(os.cpu_count() or 1):  # the target waits meanwhile
                     self._drafter = self._drafter or load_drafter(self.spec)
-                    drafts = make_drafts(recording.path, self._drafter, busy, recording.drafts)
+                    drafts = make_drafts(
+                        recording.path, self._drafter, self.spec, busy, recording.drafts
+                    )
                 if drafts is None:
                     return  # a request waits; the drafts so far are kept in the recording
                 self.store.save(self.store.key(recording.path, self.spec), drafts)
