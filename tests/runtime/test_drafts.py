@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from as2d.cli import main
-from as2d.options import Options
+from as2d.options import Options, drafter_spec
 from as2d.runtime.drafts import DraftStore, StoredDraft, drafter_needed, stored_drafts
 from as2d.runtime.spec import DrafterSpec
 from as2d.types import Window
@@ -119,9 +119,11 @@ def test_transcribe_goes_on_past_malformed_store_files(tmp_path):
     store = DraftStore(tmp_path / "drafts")
     store.root.mkdir()
     files = sorted(CLIP.parent.glob("*.wav"))[:3]
+    spec = drafter_spec(Options(target="whisper-tiny.en"))  # the command's drafter
+    assert spec is not None
     cases = ("wrong types", "no text", "a field more")
     for file, case in zip(files, cases, strict=True):
-        key = DraftStore.key(file, DrafterSpec("whisper-tiny.en"))  # as2d's default drafter
+        key = DraftStore.key(file, spec)
         (store.root / f"{key}.json").write_bytes(MALFORMED[case])
     out = tmp_path / "out"
     command = ["transcribe", *map(str, files), "--target", "whisper-tiny.en", "--no-progress"]
