@@ -71,9 +71,26 @@ def test_bad_input_is_one_line_and_exit_2(capsys, bad_inputs, kind):
 def test_zero_length_and_silence_give_empty_text(capsys, tmp_path):
     for name, seconds in (("zero.wav", 0), ("silence.flac", 5)):
         sf.write(tmp_path / name, np.zeros(16_000 * seconds, dtype=np.float32), 16_000)
-        code, out, _ = run(capsys, tmp_path / name, "--format", "json")
+        code, out, err = run(capsys, tmp_path / name, "--format", "json")
         assert code == 0
         assert json.loads(out)["text"] == ""
+        assert json.loads(out)["stats"]["audio_s"] == seconds
+        assert f"{name}: {seconds:.1f} s of audio" in err
+
+
+def test_the_duration_reported_is_the_audio_s_length(capsys, tmp_path):
+    """Not where the last window ends: here 3 s of silence follow the speech."""
+    audio, rate = sf.read(CLIP, dtype="float32")
+    padded = tmp_path / "padded.wav"
+    sf.write(padded, np.concatenate([audio, np.zeros(3 * rate, np.float32)]), rate)
+    length = sf.info(padded).duration
+    code, out, err = run(capsys, padded, "--format", "json")
+    assert code == 0
+    result = json.loads(out)
+    assert result["windows"][-1]["end"] < length - 2
+    assert result["stats"]["audio_s"] == pytest.approx(length, abs=1e-3)
+    assert result["stats"]["language"] == "en"  # English-only target: English
+    assert f"padded.wav: {length:.1f} s of audio" in err
 
 
 def test_batch_continues_past_a_bad_file_and_resumes(capsys, bad_inputs, tmp_path):
@@ -85,9 +102,13 @@ def test_batch_continues_past_a_bad_file_and_resumes(capsys, bad_inputs, tmp_pat
     assert written.read_text().strip() == REFERENCE
     assert [p.name for p in out_dir.iterdir()] == ["vm-newuser.txt"]  # no temporary leftovers
     written.write_text("kept\n")
-    code, _, _ = run(capsys, CLIP, "-o", out_dir, "--skip-existing")
+    code, _, err = run(capsys, CLIP, "-o", out_dir, "--skip-existing")
     assert code == 0
     assert written.read_text() == "kept\n"
+    assert err == f"skipped 1 of 1 file: output already in {out_dir}\n"
+    code, _, err = run(capsys, bad_inputs["not audio"], CLIP, "-o", out_dir, "--skip-existing")
+    assert code == 2  # every file it tried failed
+    assert err.splitlines()[0] == f"skipped 1 of 2 files: output already in {out_dir}"
 
 
 def cue_texts(subtitles: str) -> list[str]:
@@ -128,6 +149,30 @@ def test_usage_errors_exit_2_before_any_work(capsys, tmp_path):
         assert len(err.strip().splitlines()) == 1 and err.startswith("as2d: error: ")
 
 
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--language", "xx"], "unknown language code 'xx'; whisper-base knows af, am,"),
+        (["--target", "whisper-tiny.en", "--task", "translate"], "English-only"),
+        (["--target", "whisper-tiny.en", "--language", "fr"], "English-only"),
+        (["--target", "nosuch/model"], "not in the local Hugging Face hub cache"),
+    ],
+    ids=["unknown language", "translate on .en", "French on .en", "model nowhere here"],
+)
+def test_a_request_the_target_cannot_decode_is_refused_before_anything_loads(tmp_path, args, says):
+    """One line and exit 2 within seconds: no model loaded or converted (the cache stays
+    empty), no hub asked."""
+    env = {**os.environ, "AS2D_CACHE": str(tmp_path / "as2d"), "HF_HUB_CACHE": str(tmp_path / "hf")}
+    command = [sys.executable, "-m", "as2d.cli", "transcribe", str(CLIP), "--no-progress", *args]
+    started = time.perf_counter()
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+    assert time.perf_counter() - started < 10
+    assert proc.returncode == 2
+    assert len(proc.stderr.splitlines()) == 1 and proc.stderr.startswith("as2d: error: ")
+    assert says in proc.stderr
+    assert not (tmp_path / "as2d").exists() or not any((tmp_path / "as2d").iterdir())
+
+
 def test_no_traceback_from_the_installed_command(tmp_path):
     """The console script itself, in a fresh process, on a file that is not audio."""
     bad = tmp_path / "bad.mp3"
@@ -154,6 +199,17 @@ def test_models_lists_bundled(capsys):
     assert main(["models"]) == 0
     out = capsys.readouterr().out
     assert "whisper-base" in out and "whisper-tiny.en" in out
+
+
+def test_models_says_cached_once_a_model_was_used(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("AS2D_CACHE", str(tmp_path))
+    assert main(["models"]) == 0
+    assert "whisper-base\tnot cached" in capsys.readouterr().out
+    code = main(["transcribe", str(CLIP), "--target", "whisper-base", "--method", "target"])
+    assert code == 0
+    capsys.readouterr()
+    assert main(["models"]) == 0
+    assert "whisper-base\tcached\n" in capsys.readouterr().out
 
 
 # ---------------------------------------------------------------- Ctrl-C

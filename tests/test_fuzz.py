@@ -93,7 +93,6 @@ def random_window(rng: random.Random) -> object:
     return window
 
 
-@pytest.mark.xfail(strict=False, reason="DraftStore.load trusts its files: fixed on issue31a")
 def test_store_files_of_valid_json_with_wrong_fields_are_ignored(tmp_path):
     store = DraftStore(tmp_path)
     rng = random.Random(SEED)

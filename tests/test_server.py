@@ -18,8 +18,10 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import openai
 import pytest
+import soundfile as sf
 
 from as2d.api import Options, Transcriber
 from as2d.cli import main
@@ -182,6 +184,7 @@ def test_translations_answer_with_the_translate_task(server, tmp_path):
         ({"model": "whisper-1", "response_format": "xml"}, CLIP.read_bytes(), 400, "json"),
         ({"model": "whisper-1", "temperature": "0.7"}, CLIP.read_bytes(), 400, "temperature"),
         ({"model": "whisper-1", "stream": "maybe"}, CLIP.read_bytes(), 400, "stream"),
+        ({"model": "whisper-1", "language": "xx"}, CLIP.read_bytes(), 400, "unknown language"),
         ({"model": "whisper-1"}, None, 400, "no file"),
     ],
 )
@@ -196,6 +199,29 @@ def test_bad_requests_get_an_openai_error_and_the_server_goes_on(
     code, _, body = _post(server[0] + "/v1/audio/transcriptions", {"model": "whisper-1"},
                           CLIP.read_bytes())  # fmt: skip
     assert code == 200 and json.loads(body)["text"]
+
+
+def test_an_english_only_target_refuses_other_languages_and_says_its_own(tmp_path):
+    """whisper-tiny.en cannot translate or hear French: 400. What it transcribes is English,
+    and `duration` is the upload's length, not where its last window ends."""
+    audio, rate = sf.read(CLIP, dtype="float32")
+    padded = tmp_path / "padded.wav"
+    sf.write(padded, np.concatenate([audio, np.zeros(3 * rate, np.float32)]), rate)
+    with started_server(["--target", "whisper-tiny.en", "--method", "target"]) as running:
+        url = running.url + "/v1/audio"
+        for endpoint, fields in (
+            ("translations", {"model": "whisper-1"}),
+            ("transcriptions", {"model": "whisper-1", "language": "fr"}),
+        ):
+            status, _, body = _post(f"{url}/{endpoint}", fields, CLIP.read_bytes())
+            assert status == 400 and "English-only" in _error(body)
+        fields = {"model": "whisper-1", "response_format": "verbose_json"}
+        status, _, body = _post(url + "/transcriptions", fields, padded.read_bytes())
+    assert status == 200, body
+    answer = json.loads(body)
+    assert answer["language"] == "en"
+    assert answer["duration"] == pytest.approx(sf.info(padded).duration, abs=1e-3)
+    assert answer["segments"][-1]["end"] < answer["duration"] - 2
 
 
 def test_an_upload_over_the_limit_is_refused_before_it_is_read(server):

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from as2d.audio.load import AudioError
-from as2d.audio.windows import iter_windows
+from as2d.audio.windows import SpeechWindower
 from as2d.engine.as2d import SpeculativeDecoder
 from as2d.engine.calibrate import synced_clock
 from as2d.engine.decode import WindowDecoder
@@ -34,7 +34,7 @@ from as2d.engine.factory import DecoderFactory
 from as2d.engine.policy import BudgetPolicy
 from as2d.engine.target import Request, TargetAdapter
 from as2d.engine.verify import rounding_bound
-from as2d.models.targets import adapter_class, load_target, torch_dtype
+from as2d.models.targets import adapter_class, check_target, load_target, torch_dtype
 from as2d.models.whisper import WhisperTarget
 from as2d.options import (
     Options,
@@ -158,6 +158,7 @@ class Transcriber:
     def _check_family(self, shared_target: TargetAdapter[Any] | None) -> None:
         """Raises ValueError, one line, for options this target's family cannot run."""
         check(self.options)
+        check_target(self.options)  # a language or task the target cannot decode
         family = type(shared_target) if shared_target else adapter_class(self.options.target)
         if self.options.task == "ask" and not family.follows_requests:
             raise ValueError(
@@ -267,21 +268,22 @@ class Transcriber:
         self, audio: AudioInput, run: Transcription, asked: Request, timestamps: str
     ) -> Iterator[WindowResult]:
         start = time.perf_counter()
-        tokens, audio_s = 0, 0.0
+        tokens = 0
         request_tokens = self.tokenizer.encode(asked.text) if asked.text else []
         speculative = self.decoder if isinstance(self.decoder, SpeculativeDecoder) else None
         if speculative is not None:  # drafts made before, if stored
             spec_options = replace(self.options, language=asked.language, task=asked.task)
             speculative.stored = stored_drafts(spec_options, audio)
             speculative.language = asked.language
-        for window in self.decoder.windows(iter_windows(audio)):
+        windower = SpeechWindower()
+        for window in self.decoder.windows(windower.windows(audio)):
             result, asked = self.decode_window(window, asked, request_tokens, timestamps)
             if speculative is not None:  # detected on the first window: drafts follow it
                 speculative.language = asked.language
             tokens += len(result.token_ids)
-            audio_s = window.end
             yield result
         wall = time.perf_counter() - start
+        audio_s = windower.received_s
         activity = self.decoder.activity()
         run.finished = RunStats(
             wall_s=wall,
@@ -291,6 +293,7 @@ class Transcriber:
             rtf=wall / audio_s if audio_s > 0 else 0.0,
             drafter=activity,
             started_at=start,
+            language=asked.language,
         )
 
     def decode_window(

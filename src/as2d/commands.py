@@ -85,6 +85,10 @@ def transcribe_files(args: argparse.Namespace) -> int:
         check_distinct_outputs(args.files, out_dir, args.format)
     options = model_options(args)
     todo = [f for f in args.files if not (out_dir and skip(f, out_dir, args))]
+    if len(todo) < len(args.files):
+        total = f"{len(args.files)} file{'s' if len(args.files) > 1 else ''}"
+        skipped = len(args.files) - len(todo)
+        print(f"skipped {skipped} of {total}: output already in {out_dir}", file=sys.stderr)
     if not todo:
         return EXIT_OK
     if args.ray is not None:
@@ -153,12 +157,15 @@ def transcribe_on_cluster(
 
 
 def model_options(args: argparse.Namespace) -> Options:
-    """The Options of `add_model_options`' arguments."""
+    """The Options of `add_model_options`' arguments, with a target found on this machine that
+    can decode the language and task asked for (checked before any model loads)."""
+    from as2d.models.targets import check_target
+
     if args.threads is not None and args.threads < 1:
         raise UsageError("--threads must be at least 1")
     if args.drafter_threads is not None and args.drafter_threads < 1:
         raise UsageError("--drafter-threads must be at least 1")
-    return Options(
+    options = Options(
         target=args.target,
         device=args.device,
         dtype=args.dtype,
@@ -177,6 +184,11 @@ def model_options(args: argparse.Namespace) -> Options:
         drafts_dir=args.store,
         timestamps=timestamps(args),
     )
+    try:
+        check_target(options)
+    except ValueError as err:
+        raise UsageError(str(err)) from err
+    return options
 
 
 def timestamps(args: argparse.Namespace) -> str:

@@ -98,9 +98,10 @@ class RunStats:
     """Pooled figures for one recording (model loading and warm-up excluded)."""
 
     wall_s: float  # start of the first window to end of the last
-    audio_s: float
+    audio_s: float  # the recording's length (its last window may end before, in silence)
     tokens: int
     tokens_per_s: float
     rtf: float  # wall_s / audio_s
     drafter: DrafterActivity | None = None  # speculative methods with a drafter model
     started_at: float = 0.0  # time.perf_counter() at the start of wall_s (timelines)
+    language: str | None = None  # the language decoded: given, else detected; None: no window

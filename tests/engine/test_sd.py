@@ -1,15 +1,22 @@
-"""sd's round cost and the drafter's prompt, with the real vocabularies (no decoding here)."""
+"""sd's round cost and the drafter's prompt, with the real vocabularies; its stats over recordings
+with the bundled models."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from as2d.api import Transcriber
 from as2d.engine.policy import CostModel, FixedBudget, choose_budget
 from as2d.engine.sd import CoupledDecoder, with_drafting
 from as2d.models.bundled import source_files
 from as2d.models.tokenizer import WhisperTokenizer
 from as2d.models.whisper import WhisperTarget
 from as2d.models.whisper_net import WhisperNet
+from as2d.options import Options
+
+CLIP = Path(__file__).resolve().parents[1] / "data" / "asterisk" / "en" / "demo-nogo.wav"
 
 
 def test_with_drafting_adds_k_drafter_forwards():
@@ -45,3 +52,14 @@ def test_drafter_prompt_follows_the_target_prompt(
     # same vocabulary: the target's prompt as it is
     same = CoupledDecoder(target, multilingual, target, multilingual, FixedBudget(4))
     assert same._prompt(fr) == fr
+
+
+def test_sd_reports_each_recording_s_drafting_alone() -> None:
+    """sd drafts every window in turn with the target: a recording's drafting is within its
+    time, its windows its own."""
+    with Transcriber(Options(target="whisper-base", language="en", method="sd")) as transcriber:
+        runs = [transcriber.transcribe(CLIP) for _ in range(2)]
+        stats = [run.stats for run in runs]
+    for run, s in zip(runs, stats, strict=True):
+        assert s.drafter is not None and s.drafter.windows_drafted == len(run.results)
+        assert 0 < s.drafter.busy_s < s.wall_s

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -178,3 +179,12 @@ def test_two_commands_on_a_fresh_cache_convert_once(tmp_path: Path) -> None:
     assert manifest is not None
     assert cache_is_valid(out, manifest["source"], check_hashes=True)
     assert not list(out.glob(".*.tmp"))
+
+
+def test_cached_files_get_the_mode_of_any_new_file(as2d_cache: Path) -> None:
+    """The weights too (not 0600): a cache shared by several users or a service account."""
+    out = converted_dir("whisper-tiny.en")
+    umask = os.umask(0)
+    os.umask(umask)
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in out.iterdir() if p.is_file()}
+    assert WEIGHTS in modes and set(modes.values()) == {0o666 & ~umask}, modes

@@ -6,10 +6,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
+
 from as2d.cli import main
-from as2d.options import Options
+from as2d.options import Options, drafter_spec
 from as2d.runtime.drafts import DraftStore, StoredDraft, drafter_needed, stored_drafts
 from as2d.runtime.spec import DrafterSpec
 from as2d.types import Window
@@ -87,3 +91,49 @@ def test_wrong_stored_drafts_change_nothing(tmp_path):
     got = _transcribe(tmp_path / "as2d", "--store", str(store.root))
     assert [w["token_ids"] for w in got["windows"]] == [w["token_ids"] for w in windows]
     assert got["stats"]["drafter"] is None
+
+
+MALFORMED = {
+    "wrong types": b'{"windows": [{"start": "x", "end": null, "text": 5}]}',
+    "no text": b'{"windows": [{"start": 0.0, "end": 6.0}]}',
+    "a field more": b'{"windows": [{"start": 0.0, "end": 6.0, "text": "hi", "by": 1}]}',
+    "windows not a list": b'{"windows": 3}',
+    "a list": b"[1, 2]",
+    "a string": b'"windows"',
+    "not json": b"\xff\x00{",
+    "deeply nested": b"[" * 100_000,
+}
+
+
+@pytest.mark.parametrize("content", MALFORMED.values(), ids=MALFORMED.keys())
+def test_a_malformed_store_file_is_ignored_and_removed(tmp_path, content):
+    store = DraftStore(tmp_path)
+    (tmp_path / "k.json").write_bytes(content)
+    assert store.load("k") is None
+    assert not (tmp_path / "k.json").exists()
+
+
+def test_transcribe_goes_on_past_malformed_store_files(tmp_path):
+    """Store files for three recordings, each malformed in its own way: the command
+    transcribes all three as if nothing were stored, and drops the files."""
+    store = DraftStore(tmp_path / "drafts")
+    store.root.mkdir()
+    files = sorted(CLIP.parent.glob("*.wav"))[:3]
+    spec = drafter_spec(Options(target="whisper-tiny.en"))  # the command's drafter
+    assert spec is not None
+    cases = ("wrong types", "no text", "a field more")
+    for file, case in zip(files, cases, strict=True):
+        key = DraftStore.key(file, spec)
+        (store.root / f"{key}.json").write_bytes(MALFORMED[case])
+    out = tmp_path / "out"
+    command = ["transcribe", *map(str, files), "--target", "whisper-tiny.en", "--no-progress"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "as2d.cli", *command, "--store", str(store.root), "-o", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert all((out / f"{f.stem}.txt").read_text().strip() for f in files)
+    assert list(store.root.glob("*.json")) == []

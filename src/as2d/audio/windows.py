@@ -74,6 +74,19 @@ class SpeechWindower:
         """Seconds of audio held in the buffer now."""
         return len(self._audio) / SAMPLE_RATE
 
+    @property
+    def received_s(self) -> float:
+        """Seconds of audio pushed so far: the recording's length once it is finished (its
+        last window may end earlier, in silence)."""
+        return self._end / SAMPLE_RATE
+
+    def windows(self, source: str | Path | np.ndarray) -> Iterator[Window]:
+        """Pushes `source` (see `iter_windows`) block by block, yielding windows as they
+        complete, and finishes the stream."""
+        for block in iter_audio_blocks(source):
+            yield from self.push(block)
+        yield from self.finish()
+
     def push(self, block: np.ndarray) -> list[Window]:
         """Append a block of 16 kHz mono float32 samples; return completed windows."""
         self._audio = np.concatenate([self._audio, block.astype(np.float32, copy=False)])
@@ -227,7 +240,4 @@ def iter_windows(
     Raises:
         AudioError: the source cannot be read as audio.
     """
-    windower = SpeechWindower(max_window_s)
-    for block in iter_audio_blocks(source):
-        yield from windower.push(block)
-    yield from windower.finish()
+    return SpeechWindower(max_window_s).windows(source)

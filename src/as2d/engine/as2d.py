@@ -84,12 +84,13 @@ class SpeculativeDecoder:
         )
         self.history = HistoryLookup()
         self.base = 0  # drafter window number of the current recording's window 0
+        self._first = 0  # `base` while the current recording's windows are read (`activity`)
         self.stored: Drafts | None = None  # the current recording's drafts made before
         self.language: str | None = None  # the recording's, once known: picks `auto`'s model
 
     def windows(self, windows: Iterable[Window]) -> Iterator[Window]:
         """Yields a recording's windows in order, submitting each to the drafter early."""
-        count = 0
+        self._first, count = self.base, 0
         ahead: deque[Window] = deque()
         source = iter(windows)
         while True:
@@ -187,12 +188,15 @@ class SpeculativeDecoder:
         return d is None or skip or not d.holds(index) or d.spare(index)
 
     def activity(self) -> DrafterActivity | None:
-        """The drafter's work so far (None without a drafter)."""
+        """The drafter's work on the current recording's windows (None without a drafter):
+        the process outlives recordings, and its records of earlier ones are not this one's."""
         d = self.drafter
         if d is None:
             return None
         d.poll()
-        return DrafterActivity(d.spec.name, d.busy_s, d.windows_drafted, d.lost, d.reason)
+        mine = [i for i in d.intervals if i.index >= self._first]
+        busy_s = sum(i.end - i.start for i in mine)
+        return DrafterActivity(d.spec.name, busy_s, sum(i.finished for i in mine), d.lost, d.reason)
 
     def _drafter_wants(self, count: int) -> bool:
         return self.drafter is not None and self.drafter.wants(self.base + count)

@@ -60,7 +60,8 @@ class CoupledDecoder:
         self._drafter_tokenizer = drafter_tokenizer
         self._same_vocabulary = drafter_tokenizer.same_vocabulary(tokenizer)
         self._encoded: EncodedAudio | None = None
-        self._windows = 0
+        self._windows = 0  # the current recording's (`activity`)
+        self._busy_before = 0.0  # the drafter's busy seconds before the current recording
 
     def warm_up(self) -> EncodedAudio:
         """Drafter encoder, prefill and passes of 1 and 8 tokens, so timings skip first calls."""
@@ -74,6 +75,7 @@ class CoupledDecoder:
 
     def windows(self, windows: Iterable[Window]) -> Iterator[Window]:
         """The windows as they come: nothing is drafted ahead."""
+        self._windows, self._busy_before = 0, self.source.busy_s
         yield from windows
 
     def lend_cores(self, window: Window) -> AbstractContextManager[CoreLoan | None]:
@@ -104,8 +106,10 @@ class CoupledDecoder:
         )
 
     def activity(self) -> DrafterActivity:
-        """Seconds spent drafting (encoder forwards excluded) and windows drafted."""
-        return DrafterActivity(self.name, self.source.busy_s, self._windows, lost=False)
+        """Seconds spent drafting (encoder forwards excluded) and windows drafted, in the
+        current recording."""
+        busy_s = self.source.busy_s - self._busy_before
+        return DrafterActivity(self.name, busy_s, self._windows, lost=False)
 
     def forget(self) -> None:
         """Nothing carries over from one recording to the next."""

@@ -94,11 +94,15 @@ def cache_root() -> Path:
 
 def _bundled(name: str) -> BundledModel:
     if name not in BUNDLED:
-        raise ModelNotFoundError(
-            f"unknown model {name!r}: not a bundled model ({', '.join(bundled_names())}), "
-            "a local model directory, or a Hugging Face hub id"
-        )
+        raise _unknown(name)
     return BUNDLED[name]
+
+
+def _unknown(name: str) -> ModelNotFoundError:
+    return ModelNotFoundError(
+        f"unknown model {name!r}: not a bundled model ({', '.join(bundled_names())}), "
+        "a local model directory, or a Hugging Face hub id"
+    )
 
 
 def _package_path(package: str, relative: str) -> Path:
@@ -185,14 +189,14 @@ def ct2_dir(name: str) -> Path:
 
 
 def is_cached(name: str) -> bool:
-    """Whether ``name`` is converted (sizes and mtimes match) and, if split, joined.
+    """Whether ``name`` is converted (sizes and mtimes match): the weights a PyTorch target or
+    drafter loads. The joined CT2 copy of a split model (`ct2_dir`) is not asked for: only a
+    CTranslate2 drafter makes it, in seconds, on first use.
 
     Raises:
         ModelNotFoundError: ``name`` is not bundled.
     """
     data_dir, parts = source_files(name)
-    if len(parts) > 1 and not _joined_ct2_ready(cache_root() / name / "ct2", data_dir, parts):
-        return False
     return cache_is_valid(cache_root() / name, _source_description(data_dir, parts))
 
 
@@ -217,22 +221,39 @@ def converted_dir(name: str) -> Path:
     return out
 
 
-def _hub_tokenizer_dir(repo_id: str) -> Path:
-    """Fetches (or finds in the HF cache) the tokenizer files of a hub model."""
-    from transformers.utils import cached_file
+def local_model_dir(name_or_path: str) -> Path:
+    """The folder with the model's config and tokenizer files on this machine: a bundled
+    model's package data (its CTranslate2 side files), a local directory, or a hub id's
+    snapshot in the local Hugging Face cache (``$HF_HUB_CACHE``, else ``$HF_HOME/hub``, else
+    ``~/.cache/huggingface/hub``). Nothing is downloaded: offline is the normal case, and a
+    hub that cannot be reached would be retried for half a minute before failing.
 
-    found = [
-        cached_file(repo_id, n, _raise_exceptions_for_missing_entries=False)
-        for n in ("tokenizer.json", "vocab.json", "added_tokens.json")
-    ]
-    paths = [Path(f) for f in found if f]
-    if not paths:
-        raise OSError(f"{repo_id} has no tokenizer.json or vocab.json")
-    return paths[0].parent
+    Raises:
+        ModelNotFoundError: none of these.
+    """
+    if name_or_path in BUNDLED:
+        return source_files(name_or_path)[0]
+    if Path(name_or_path).is_dir():
+        return Path(name_or_path)
+    if _HUB_ID.fullmatch(name_or_path):
+        from huggingface_hub import try_to_load_from_cache
+
+        try:
+            config = try_to_load_from_cache(name_or_path, "config.json")
+        except ValueError:  # not a valid repository id after all (HFValidationError)
+            config = None
+        if isinstance(config, str):
+            return Path(config).parent
+        raise ModelNotFoundError(
+            f"model {name_or_path!r} is not in the local Hugging Face hub cache: download it "
+            f"first (hf download {name_or_path}) or give its directory; bundled models: "
+            f"{', '.join(bundled_names())}"
+        )
+    raise _unknown(name_or_path)
 
 
 def _from_pretrained(
-    directory: str, dtype: torch.dtype | None, local: bool
+    directory: Path, dtype: torch.dtype | None
 ) -> tuple[WhisperForConditionalGeneration, WhisperTokenizer]:
     import torch
     from transformers import WhisperForConditionalGeneration
@@ -240,10 +261,9 @@ def _from_pretrained(
     from as2d.models.convert import generation_config
 
     model = WhisperForConditionalGeneration.from_pretrained(
-        directory, dtype=dtype or torch.float32, local_files_only=local
+        directory, dtype=dtype or torch.float32, local_files_only=True
     )
-    tok_dir = Path(directory) if local else _hub_tokenizer_dir(directory)
-    tokenizer = WhisperTokenizer.from_model_dir(tok_dir)
+    tokenizer = WhisperTokenizer.from_model_dir(directory)
     if getattr(model.generation_config, "no_timestamps_token_id", None) is None:
         model.generation_config = generation_config(model.config, tokenizer)
     return model, tokenizer
@@ -257,7 +277,7 @@ def load_whisper(
     Args:
         name_or_path: a bundled name (see :func:`bundled_names`; converted and cached on
             first use), a local Hugging Face model directory, or a hub id such as
-            ``"openai/whisper-small"`` (needs network or the HF cache).
+            ``"openai/whisper-small"`` in the local HF cache (see :func:`local_model_dir`).
         dtype: parameter dtype; None: float32 (the bundled weights are float16, widened
             exactly).
 
@@ -266,23 +286,17 @@ def load_whisper(
         timestamps.
 
     Raises:
-        ModelNotFoundError: the name is none of the above, or the hub is unreachable.
+        ModelNotFoundError: the name is none of the above.
     """
-    if name_or_path in BUNDLED:
-        model, tokenizer = _from_pretrained(str(converted_dir(name_or_path)), dtype, True)
-    elif Path(name_or_path).is_dir():
-        model, tokenizer = _from_pretrained(name_or_path, dtype, True)
-    elif _HUB_ID.fullmatch(name_or_path):
-        try:
-            model, tokenizer = _from_pretrained(name_or_path, dtype, False)
-        except OSError as err:
-            raise ModelNotFoundError(
-                f"could not load {name_or_path!r} from the Hugging Face hub or its cache "
-                f"({type(err).__name__}); bundled models: {', '.join(bundled_names())}"
-            ) from err
-    else:
-        _bundled(name_or_path)  # raises ModelNotFoundError listing the bundled names
+    model, tokenizer = _from_pretrained(_weights_dir(name_or_path), dtype)
     return model.eval(), tokenizer
+
+
+def _weights_dir(name_or_path: str) -> Path:
+    """The Hugging Face directory to load: a bundled model's conversion, else its own."""
+    if name_or_path in BUNDLED:
+        return converted_dir(name_or_path)
+    return local_model_dir(name_or_path)
 
 
 def load_whisper_net(
@@ -294,7 +308,7 @@ def load_whisper_net(
 
     from as2d.models.whisper_net import WhisperNet, is_whisper_dir
 
-    directory = converted_dir(name_or_path) if name_or_path in BUNDLED else Path(name_or_path)
+    directory = _weights_dir(name_or_path)
     if is_whisper_dir(directory):
         net = WhisperNet.from_dir(directory, dtype or torch.float32)
         return net, WhisperTokenizer.from_model_dir(directory)

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import save
 from transformers import GenerationConfig, WhisperConfig, WhisperForConditionalGeneration
 
 from as2d.models.cache import MANIFEST, WEIGHTS, write_json, write_manifest
@@ -241,8 +241,10 @@ def convert_to_hf(
     config = whisper_config(ct2, tokenizer)
     state = whisper_state_dict(ct2)
     check_state_dict(state, config)
+    # Written here, not by safetensors' save_file (its files are 0600): the weights get the mode
+    # of every cache file (0644 under the usual umask), for a cache shared by several users.
     with atomic_path(out_dir / WEIGHTS) as tmp:
-        save_file(state, str(tmp), metadata={"format": "pt"})
+        tmp.write_bytes(save(state, metadata={"format": "pt"}))
     write_json(out_dir / "config.json", config.to_dict())
     gen = generation_config(config, tokenizer, ct2.config.get("alignment_heads"))
     write_json(out_dir / "generation_config.json", gen.to_dict())

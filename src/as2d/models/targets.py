@@ -14,14 +14,17 @@ from __future__ import annotations
 
 import importlib
 import json
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
+from collections.abc import Collection, Iterator
+from typing import TYPE_CHECKING, Any
 
-import torch
+from as2d.models.bundled import BUNDLED, ModelNotFoundError, bundled_names, local_model_dir
+from as2d.models.tokenizer import language_tokens, read_vocab
+from as2d.options import Options
 
-from as2d.engine.target import TargetAdapter
-from as2d.models.bundled import BUNDLED, ModelNotFoundError, bundled_names
+if TYPE_CHECKING:  # torch comes with the adapters: checking a target's name needs none
+    import torch
+
+    from as2d.engine.target import TargetAdapter
 
 ADAPTERS = (  # module:class, in the order they are tried
     "as2d.models.whisper:WhisperTarget",
@@ -39,32 +42,77 @@ def adapters() -> Iterator[Any]:
 
 def torch_dtype(name: str | None) -> torch.dtype | None:
     """ "float16" -> torch.float16 (a name in `options.DTYPES`); None: the family's default."""
+    import torch
+
     return None if name is None else getattr(torch, name)
 
 
 def model_type(name_or_path: str) -> str:
-    """`config.model_type` of a bundled name, local directory or hub id (config only).
+    """`config.model_type` of a bundled name, local directory or hub id (config only, read as
+    transformers' AutoConfig reads it, without importing it).
 
     Raises:
-        ModelNotFoundError: no such model here, in the HF cache, or on a reachable hub.
+        ModelNotFoundError: no such model here or in the HF cache (`local_model_dir`).
     """
     if name_or_path in BUNDLED:
         return "whisper"
-    local = Path(name_or_path) / "config.json"
+    config = local_model_dir(name_or_path) / "config.json"
     try:
-        if local.is_file():  # read as transformers' AutoConfig reads it, without importing it
-            return str(json.loads(local.read_text())["model_type"])
-        from transformers import AutoConfig
-
-        config = AutoConfig.from_pretrained(
-            name_or_path, local_files_only=Path(name_or_path).is_dir()
-        )
-    except (OSError, ValueError, KeyError) as err:
+        return str(json.loads(config.read_text())["model_type"])
+    except (OSError, ValueError, KeyError, TypeError) as err:
         raise ModelNotFoundError(
             f"cannot read the config of {name_or_path!r} ({type(err).__name__}); "
             f"bundled models: {', '.join(bundled_names())}"
         ) from err
-    return str(config.model_type)
+
+
+def target_languages(name_or_path: str) -> frozenset[str] | None:
+    """The language codes a Whisper target knows, from its vocabulary file (empty: English-
+    only); None for other families, which take a language's name in their request, and for
+    a Whisper whose vocabulary cannot be read here (loading it says why).
+
+    Raises:
+        ModelNotFoundError: no such model here or in the HF cache (`local_model_dir`).
+    """
+    if model_type(name_or_path) != "whisper":
+        return None
+    try:
+        return frozenset(language_tokens(read_vocab(local_model_dir(name_or_path))))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def check_language(
+    target: str, languages: Collection[str] | None, language: str | None, task: str
+) -> None:
+    """Raises ValueError, one line, for a language or task the target cannot decode.
+
+    Args:
+        target: the target's name, for the message.
+        languages: the target's codes (`target_languages`; empty: English-only; None: any).
+        language: the language asked for (None: detected).
+        task: "transcribe", "translate" or "ask".
+    """
+    if languages is None:
+        return
+    if not languages:
+        if task == "translate":
+            raise ValueError(f"{target} is English-only: it cannot translate (try whisper-base)")
+        if language is not None and language.lower() != "en":
+            raise ValueError(
+                f"{target} is English-only: it cannot transcribe {language!r} (try whisper-base)"
+            )
+    elif language is not None and language.lower() not in languages:
+        raise ValueError(
+            f"unknown language code {language!r}; {target} knows {', '.join(sorted(languages))}"
+        )
+
+
+def check_target(options: Options) -> None:
+    """Raises ValueError (ModelNotFoundError), one line, before any model loads, for a target
+    not on this machine or a language or task it cannot decode (`check_language`)."""
+    languages = target_languages(options.target)
+    check_language(options.target, languages, options.language, options.task)
 
 
 def times_words(name_or_path: str) -> bool:

@@ -82,6 +82,23 @@ def read_vocab(path: Path) -> dict[str, int]:
     raise FileNotFoundError(f"no tokenizer.json or vocab.json in {path}")
 
 
+def language_tokens(vocab: dict[str, int]) -> dict[str, int]:
+    """Language code -> token id of a Whisper vocabulary (see :func:`read_vocab`), in id order:
+    the specials between ``<|startoftranscript|>`` and ``<|translate|>``. Empty for an
+    English-only vocabulary, whose prompt names no language. Reading a model's languages this
+    way needs neither its weights nor torch (the command line checks ``--language`` with it).
+
+    Example:
+        language_tokens(read_vocab(whisper_base_dir))["fr"] -> 50265
+    """
+    specials = {t: i for t, i in vocab.items() if _SPECIAL.match(t)}
+    if len(vocab) - len(specials) <= ENGLISH_ONLY_REGULAR_TOKENS:
+        return {}
+    sot, translate = specials["<|startoftranscript|>"], specials["<|translate|>"]
+    found = sorted((i, t[2:-2]) for t, i in specials.items() if sot < i < translate)
+    return {code: i for i, code in found}
+
+
 class WhisperTokenizer:
     """Whisper's tokenizer: canonical BPE encoding plus the special-token ids.
 
@@ -115,6 +132,7 @@ class WhisperTokenizer:
         )
         self._specials = specials
         self._ranks = ranks
+        self._languages = language_tokens(vocab)
         self.multilingual = len(ranks) > ENGLISH_ONLY_REGULAR_TOKENS
         self.eot = specials["<|endoftext|>"]
         self.sot = specials["<|startoftranscript|>"]
@@ -154,8 +172,8 @@ class WhisperTokenizer:
         """
         if not self.multilingual:
             raise ValueError(f"English-only model has no language tokens (asked for {code!r})")
-        token = self._specials.get(f"<|{code.lower()}|>")
-        if token is None or not self.sot < token < self.translate:
+        token = self._languages.get(code.lower())
+        if token is None:
             raise ValueError(f"unknown language code {code!r}")
         return token
 
@@ -188,7 +206,4 @@ class WhisperTokenizer:
     @property
     def languages(self) -> dict[str, int]:
         """Language code -> token id, in id order (empty for English-only models)."""
-        if not self.multilingual:
-            return {}
-        found = [(i, t[2:-2]) for t, i in self._specials.items() if self.sot < i < self.translate]
-        return {code: i for i, code in sorted(found)}
+        return dict(self._languages)

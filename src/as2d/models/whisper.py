@@ -185,9 +185,12 @@ class WhisperTarget:
         return [self.tokenizer.sot_prev, *previous[-(self.max_length // 2 - 1) :], *prompt]
 
     def language(self, encoded: EncodedAudio, given: str | None) -> str | None:
-        """`given`, else the detected language (multilingual models; None for English-only)."""
-        if given is not None or not self.tokenizer.multilingual:
+        """`given`, else the detected language (multilingual models; English-only ones say
+        "en", the only language they decode)."""
+        if given is not None:
             return given
+        if not self.tokenizer.multilingual:
+            return "en"
         return self.detect_language(encoded)
 
     @torch.inference_mode()

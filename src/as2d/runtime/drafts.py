@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import suppress
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -79,13 +80,22 @@ class DraftStore:
         return digest.hexdigest()[:32] + "-" + hashlib.sha256(maker.encode()).hexdigest()[:12]
 
     def load(self, key: str) -> Drafts | None:
+        """The drafts stored under `key`, else None. A draft is only a hint: a file that is
+        not what `save` writes (damaged, edited, another version's) is removed and ignored."""
         path = self._path(key)
         try:
-            windows = json.loads(path.read_text())["windows"]
-            os.utime(path)  # recently used: evicted last
-        except (OSError, ValueError, KeyError, TypeError):
+            data = path.read_bytes()
+        except OSError:
             return None
-        return Drafts([StoredDraft(**w) for w in windows])
+        try:
+            windows = [_stored_draft(w) for w in json.loads(data)["windows"]]
+        except (ValueError, KeyError, TypeError, RecursionError):
+            with suppress(OSError):  # a read-only store: ignored all the same
+                path.unlink(missing_ok=True)
+            return None
+        with suppress(OSError):  # removed meanwhile (another process): read all the same
+            os.utime(path)  # recently used: evicted last
+        return Drafts(windows)
 
     def save(self, key: str, windows: Iterable[StoredDraft]) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -110,6 +120,17 @@ class DraftStore:
                 break
             path.unlink(missing_ok=True)
             total -= size
+
+
+def _stored_draft(entry: object) -> StoredDraft:
+    """One window of a store file, as `save` writes it: ValueError for anything else."""
+    if not isinstance(entry, dict) or set(entry) != {"start", "end", "text"}:
+        raise ValueError("not a stored window")
+    start, end, text = entry["start"], entry["end"], entry["text"]
+    times = all(isinstance(t, (int, float)) and not isinstance(t, bool) for t in (start, end))
+    if not times or not isinstance(text, str):
+        raise ValueError("not a stored window")
+    return StoredDraft(float(start), float(end), text)
 
 
 def draft_store(root: Path | None = None) -> DraftStore:

@@ -40,6 +40,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from as2d.models.targets import check_language, target_languages
 from as2d.options import Options, drafter_spec, has_transcript_to_time
 from as2d.runtime.drafts import draft_store
 from as2d.server.decoding import ApiError, Engine, Job, Metrics
@@ -62,6 +63,7 @@ class AudioApi:
         self.upload_dir = upload_dir
         self.metrics = engine.metrics
         self.models = [engine.options.target, *MODEL_ALIASES]
+        self.languages = target_languages(engine.options.target)  # None: any (chat models)
 
     def routes(self) -> list[Route]:
         return [
@@ -223,6 +225,8 @@ class AudioApi:
         try:
             fields = {k: v for k, v in form.items() if isinstance(v, str)}
             fmt, stream = self._check_fields(fields)
+            language = fields.get("language") or None
+            self._check_language(language, task)
             granularities = form.getlist("timestamp_granularities[]")
             timestamps = self._timestamps(fmt, task, granularities)
             upload = form.get("file")
@@ -236,7 +240,6 @@ class AudioApi:
         finally:
             await form.close()
         loop = asyncio.get_running_loop()
-        language = fields.get("language") or None
         job = Job(
             path, name, task, language, loop,
             keep=keep, previous=fields.get("prompt"), timestamps=timestamps,
@@ -247,7 +250,7 @@ class AudioApi:
         windows, stats = await self._run(job, request)
         o = self.engine.options
         result = FileResult(name, o.method, o.target, o.drafter_used, windows, stats)
-        return self._render(result, fmt, task, job.language)
+        return self._render(result, fmt, task)
 
     def _check_fields(self, fields: dict[str, str]) -> tuple[str, bool]:
         """The response format and whether to stream; ApiError for a field we cannot honour."""
@@ -284,6 +287,14 @@ class AudioApi:
                 "response_format",
             )
         return fmt, stream == "true"
+
+    def _check_language(self, language: str | None, task: str) -> None:
+        """ApiError for a language code the target does not know, or a language other than
+        English or a translation asked of an English-only target."""
+        try:
+            check_language(self.engine.options.target, self.languages, language, task)
+        except ValueError as err:
+            raise ApiError(400, str(err), "language" if language else "model") from None
 
     def _timestamps(self, fmt: str, task: str, granularities: list[Any]) -> str:
         """What to time: segments for subtitles and verbose_json, words where OpenAI's
@@ -389,7 +400,7 @@ class AudioApi:
             job.cancelled.set()  # a no-op once done; a disconnect stops the decoding
             job.discard()
 
-    def _render(self, result: FileResult, fmt: str, task: str, language: str | None) -> Response:
+    def _render(self, result: FileResult, fmt: str, task: str) -> Response:
         if fmt == "text":
             return PlainTextResponse(result.text + "\n")
         if fmt in ("srt", "vtt"):
@@ -410,7 +421,7 @@ class AudioApi:
         return JSONResponse(
             {
                 "task": task,
-                "language": language or self.engine.options.language,
+                "language": result.stats.language,  # given, else detected
                 "duration": result.stats.audio_s,
                 "text": result.text,
                 "segments": segments,
