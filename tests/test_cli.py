@@ -156,8 +156,17 @@ def test_usage_errors_exit_2_before_any_work(capsys, tmp_path):
         (["--target", "whisper-tiny.en", "--task", "translate"], "English-only"),
         (["--target", "whisper-tiny.en", "--language", "fr"], "English-only"),
         (["--target", "nosuch/model"], "not in the local Hugging Face hub cache"),
+        (["--drafter", "nosuch"], "unknown model 'nosuch'"),
+        (["--drafter", "ct2:nosuch"], "unknown drafter 'ct2:nosuch'"),
     ],
-    ids=["unknown language", "translate on .en", "French on .en", "model nowhere here"],
+    ids=[
+        "unknown language",
+        "translate on .en",
+        "French on .en",
+        "model nowhere here",
+        "drafter nowhere here",
+        "ct2 drafter nowhere here",
+    ],
 )
 def test_a_request_the_target_cannot_decode_is_refused_before_anything_loads(tmp_path, args, says):
     """One line and exit 2 within seconds: no model loaded or converted (the cache stays

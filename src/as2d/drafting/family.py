@@ -22,6 +22,7 @@ import math
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -137,6 +138,22 @@ class DrafterFamily:
         the drafter's own, or the multilingual base where it is English-only."""
         name = self.model_for(language)
         return MULTILINGUAL_DRAFTER if name.endswith(".en") and language != "en" else name
+
+    def check(self) -> None:
+        """Raises ModelNotFoundError (a ValueError), one line, where the drafter's model is
+        not on this machine: neither bundled nor a directory (nor, for PyTorch, in the local
+        Hugging Face cache). Nothing is loaded."""
+        from as2d.models.bundled import BUNDLED, ModelNotFoundError, local_model_dir
+
+        if self.kind == AUTO:
+            return
+        if self.kind == "torch":
+            local_model_dir(self.model)
+        elif self.model not in BUNDLED and not Path(self.model).is_dir():
+            raise ModelNotFoundError(
+                f"unknown drafter {self.name!r}: ct2: takes a bundled model "
+                f"({', '.join(sorted(BUNDLED))}) or a CTranslate2 model's directory"
+            )
 
     def load(self, spec: DrafterSpec) -> DraftModel:
         """The drafter model of `spec`, loaded in this process (a bundled CT2 name becomes its

@@ -17,6 +17,7 @@ import json
 from collections.abc import Collection, Iterator
 from typing import TYPE_CHECKING, Any
 
+from as2d.drafting.family import DrafterFamily
 from as2d.models.bundled import BUNDLED, ModelNotFoundError, bundled_names, local_model_dir
 from as2d.models.tokenizer import language_tokens, read_vocab
 from as2d.options import Options
@@ -110,9 +111,12 @@ def check_language(
 
 def check_target(options: Options) -> None:
     """Raises ValueError (ModelNotFoundError), one line, before any model loads, for a target
-    not on this machine or a language or task it cannot decode (`check_language`)."""
+    or drafter not on this machine, or a language or task the target cannot decode
+    (`check_language`)."""
     languages = target_languages(options.target)
     check_language(options.target, languages, options.language, options.task)
+    if options.drafter_used is not None:
+        DrafterFamily(options.drafter_used).check()
 
 
 def times_words(name_or_path: str) -> bool:
