@@ -17,8 +17,10 @@ def test_on_a_gpu_the_drafter_takes_the_spare_cores(monkeypatch: pytest.MonkeyPa
 
 
 def test_translation_drafts_with_a_multilingual_drafter_by_default() -> None:
-    assert Options().drafter == "whisper-tiny.en"
+    assert Options().drafter == "auto"  # a model per window, by its language
     assert Options(task="translate").drafter == "ct2:whisper-base"  # tiny.en cannot translate
+    assert Options(method="sd").drafter == "whisper-tiny.en"  # sd runs one model
+    assert Options(method="sd", language="fr").drafter == "whisper-base"
     assert Options(task="translate", drafter="whisper-tiny.en").drafter == "whisper-tiny.en"
 
 
