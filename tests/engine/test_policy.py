@@ -247,13 +247,15 @@ def test_draft_gate_leaves_short_windows_to_the_target() -> None:
     assert gate.pays(25.0, 25.0, TINY_EN)
 
 
-def test_draft_gate_drafts_short_windows_where_the_encoder_is_sized_to_the_speech() -> None:
-    """An encoder that reads 3 s of speech and a 1 s tail costs a sixth of one that reads
-    30 s: the short request the padded encoder could not pay for now pays."""
+def test_draft_gate_drafts_shorter_windows_where_the_encoder_is_sized_to_the_speech() -> None:
+    """An encoder that reads 12 s of speech and a 1 s tail costs less than half of one that
+    reads 30 s: a window the padded encoder could not pay for now pays; 3 s still cannot pay
+    for handing it over (`HANDOFF_STEPS`)."""
     sized = DraftCosts(0.02, 0.12, 0.006)  # tiny.en on 4 s and on 30 s of input
     assert sized.encode_s(4.0) == 0.02 and sized.encode_s(30.0) == 0.12
-    assert not DraftGate(BASE_STEP_S, cores=(1, 1)).pays(3.0, 30.0, sized)
-    assert DraftGate(BASE_STEP_S, cores=(1, 1)).pays(3.0, 4.0, sized)
+    assert not DraftGate(BASE_STEP_S, cores=(1, 1)).pays(12.0, 30.0, sized)
+    assert DraftGate(BASE_STEP_S, cores=(1, 1)).pays(12.0, 13.0, sized)
+    assert not DraftGate(BASE_STEP_S, cores=(1, 1)).pays(3.0, 4.0, sized)
 
 
 def test_draft_gate_weighs_the_drafter_s_steps_by_what_sharing_costs_the_target() -> None:
@@ -326,3 +328,15 @@ def test_no_drafter_starts_for_recordings_too_short_to_pay(tmp_path: Path, monke
     assert drafting_may_pay(options, tmp_path, [3.0, 600.0])  # a 30 s window pays
     assert drafting_may_pay(replace(options, draft_gate=False), tmp_path, [3.0])
     assert drafting_may_pay(replace(options, device="cuda"), tmp_path, [3.0])
+
+
+def test_draft_gate_weighs_drafting_by_how_long_it_really_took() -> None:
+    """A drafter that takes three times its start-up timings beside the target (caches and
+    memory shared) costs three times as much: a window that paid no longer does."""
+    gate = DraftGate(BASE_STEP_S, cores=(1, 1))
+    sized = DraftCosts(0.02, 0.12, 0.006)
+    assert gate.slowdown == 1.0 and gate.pays(12.0, 13.0, sized)
+    for _ in range(RECENT_WINDOWS):
+        gate.observe_drafting(predicted_s=0.1, seconds=0.3)
+    assert gate.slowdown == pytest.approx(3.0)
+    assert not gate.pays(12.0, 13.0, sized)

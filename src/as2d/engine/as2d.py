@@ -22,7 +22,7 @@ import torch
 
 from as2d.drafting.aligner import DrafterStreamSource, WordKeys
 from as2d.drafting.draft_tokens import DraftTokens
-from as2d.drafting.family import draft_seconds
+from as2d.drafting.family import DraftCosts, draft_seconds
 from as2d.drafting.sources import CandidateSource, HistoryLookup, PromptLookup
 from as2d.engine.gate import PROBE_EVERY, DraftGate
 from as2d.engine.policy import BudgetPolicy
@@ -35,6 +35,8 @@ from as2d.runtime.drafts import Drafts
 from as2d.types import DrafterActivity, Window
 
 MIN_SHARED_PASSES = 8  # passes a window's drafter shares the cores before `Payoff` judges it
+SCALES_BELOW = 0.9  # the target's step on every core / on its own threads under which the
+# target takes the drafter's cores as soon as the window's draft is done
 LOSING_BELOW = 0.75  # `Payoff`: the share of the alone rate below which the drafter loses
 
 
@@ -46,7 +48,8 @@ class SpeculativeDecoder:
 
     `cores`: (the target's threads, the drafter's) where the target may take the drafter's
     cores (`CoreLoan`): for its encoder once the drafter can spare them, and while decoding
-    once the drafter is idle or does not pay for its cores (`Payoff`, against
+    once the drafter is idle, has finished the window's draft where the target's step runs
+    faster on every core (`SCALES_BELOW`), or does not pay for its cores (`Payoff`, against
     `alone_step_s`, the target's plain step on every core). None: each keeps its own.
     `shared_step_s`: its plain step on its own threads (`DraftGate` weighs what sharing costs).
     `gate`: whether `DraftGate` decides which windows the drafter gets (with `cores`); False:
@@ -77,6 +80,14 @@ class SpeculativeDecoder:
         self.alone_step_s = alone_step_s
         self.shared_step_s = shared_step_s
         self._unpaid = 0  # windows in a row whose drafter did not pay for its cores
+        # Whether the target gains from the drafter's cores while it decodes (its steps scale).
+        self._scales = (
+            alone_step_s is not None
+            and shared_step_s is not None
+            and alone_step_s < SCALES_BELOW * shared_step_s
+        )
+        self._asked: dict[int, tuple[float, DraftCosts]] = {}  # submitted: input s, costs
+        self._heard = 0  # drafter intervals `DraftGate` has seen
         self.gate = (
             DraftGate(alone_step_s, cores, shared_step_s)
             if gate and drafter is not None and cores
@@ -134,7 +145,11 @@ class SpeculativeDecoder:
             stream = DraftTokens(drafts, at, self.tokenizer, self.leading_space)
             sources.insert(0, DrafterStreamSource(stream.tokens, key=self.word_keys))
         payoff = Payoff(self.alone_step_s)
-        with self.lend_cores(window, lambda: d is None or d.idle or payoff.losing()) as loan:
+
+        def done_with_window() -> bool:
+            return d is None or d.idle or payoff.losing() or (self._scales and d.done(index))
+
+        with self.lend_cores(window, done_with_window) as loan:
             loan.take()  # the prefill on every core too, where the drafter has nothing to do
 
             def before_pass(committed: int) -> bool:
@@ -149,6 +164,7 @@ class SpeculativeDecoder:
         if self.drafter is not None:
             self.drafter.release(index)
         if self.gate is not None:
+            self._tell_gate_drafting_times()
             drafted = d is not None or stored
             self.gate.observe(window.duration, len(tokens), counts.accepted_tokens, drafted)
         self.history.end_window()
@@ -198,6 +214,20 @@ class SpeculativeDecoder:
         busy_s = sum(i.end - i.start for i in mine)
         return DrafterActivity(d.spec.name, busy_s, sum(i.finished for i in mine), d.lost, d.reason)
 
+    def _tell_gate_drafting_times(self) -> None:
+        """The drafter's time on each window it finished since the last call, against what its
+        start-up costs predicted (`DraftGate.observe_drafting`)."""
+        assert self.gate is not None and self.drafter is not None
+        intervals = self.drafter.intervals
+        for interval in intervals[self._heard :]:
+            asked = self._asked.pop(interval.index, None)
+            if asked is not None and interval.finished:
+                input_s, costs = asked
+                predicted = costs.encode_s(input_s) + interval.tokens * costs.step_s
+                running = interval.end - interval.start - interval.stopped_s
+                self.gate.observe_drafting(predicted, running)
+        self._heard = len(intervals)
+
     def _drafter_wants(self, count: int) -> bool:
         return self.drafter is not None and self.drafter.wants(self.base + count)
 
@@ -211,6 +241,8 @@ class SpeculativeDecoder:
         costs, input_s = d.costs(self.language), draft_seconds(window, d.spec.tail_s)
         if self.gate is None or self.gate.pays(window.duration, input_s, costs):
             d.submit(replace(window, index=index), self.language)  # else the target alone
+            if costs is not None:
+                self._asked[index] = (input_s, costs)
 
 
 class Payoff:

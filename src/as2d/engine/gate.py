@@ -4,6 +4,7 @@ line asks before torch loads."""
 
 from __future__ import annotations
 
+import statistics
 from collections import deque
 from collections.abc import Iterable
 from pathlib import Path
@@ -26,6 +27,12 @@ TOKENS_PER_S = 3.0  # `DraftGate`'s guess before any window: speech is 2.4-3.4 (
 FROM_DRAFTS = 0.7  # `DraftGate`'s guess of the share of tokens committed from drafts
 SAVED_PER_TOKEN = 0.7  # share of a plain step that a token committed from a draft saves
 RECENT_WINDOWS = 8  # windows `DraftGate` estimates from
+SLOWDOWN_BOUNDS = (0.5, 4.0)  # how far `DraftGate` lets drafting times stray from start-up's
+# What handing a window to the drafter costs the target besides the drafter's own work (the
+# hand-over, the drafter waking, its first calls beside the target's encoder), in the target's
+# plain steps on every core: on short requests of the hard set (1-5 s, 2-core Xeon) drafting
+# cost the target's encoder about this much more than the drafter's timed work.
+HANDOFF_STEPS = 3.0
 
 
 class DraftGate:
@@ -63,6 +70,7 @@ class DraftGate:
         self._rate: deque[tuple[float, int]] = deque(maxlen=RECENT_WINDOWS)  # (seconds, tokens)
         self._drafted: deque[tuple[int, int]] = deque(maxlen=RECENT_WINDOWS)  # (tokens, drafted)
         self._refused = 0  # windows refused in a row for too few tokens from drafts
+        self._slowdown: deque[float] = deque(maxlen=RECENT_WINDOWS)  # drafting: seen / predicted
 
     def pays(self, seconds: float, input_s: float, costs: DraftCosts | None) -> bool:
         """Whether to draft a window of `seconds` of audio whose drafter encoder reads
@@ -71,6 +79,7 @@ class DraftGate:
             return True
         tokens = seconds * _ratio(self._rate, TOKENS_PER_S)
         cost = costs.encode_s(input_s) * self.share + tokens * costs.step_s * self.step_loss
+        cost = cost * self.slowdown + HANDOFF_STEPS * self.alone_step_s
         most = tokens * SAVED_PER_TOKEN * self.alone_step_s  # saved were every token drafted
         if most * _ratio(self._drafted, FROM_DRAFTS) > cost:
             self._refused = 0
@@ -79,6 +88,22 @@ class DraftGate:
             return False  # too short for a drafter of usual accuracy
         self._refused += 1
         return self._refused % PROBE_EVERY == 0
+
+    @property
+    def slowdown(self) -> float:
+        """How much longer the drafter takes on a window beside the target than its start-up
+        timings say (the median of recent windows, within `SLOWDOWN_BOUNDS`; 1 before any):
+        the two share caches and memory, so its costs grow too."""
+        if not self._slowdown:
+            return 1.0
+        low, high = SLOWDOWN_BOUNDS
+        return min(high, max(low, statistics.median(self._slowdown)))
+
+    def observe_drafting(self, predicted_s: float, seconds: float) -> None:
+        """A window the drafter finished in `seconds`, where its start-up costs predicted
+        `predicted_s`."""
+        if predicted_s > 0:
+            self._slowdown.append(seconds / predicted_s)
 
     def observe(self, seconds: float, tokens: int, from_drafts: int, drafted: bool) -> None:
         """A window decoded: its audio length, tokens, and those committed from candidates."""

@@ -51,6 +51,7 @@ import signal
 import sys
 import time
 import types
+from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -132,6 +133,7 @@ class DrafterProcess:
         self._closed = False
         self._stopped = False  # by `stop`, until `resume`
         self._stopped_at = 0.0  # when `stop` stopped it: the stall clock pauses from then
+        self._stops: deque[tuple[float, float]] = deque(maxlen=64)  # (stopped, continued)
         self._keeper: Keeper | None = None  # the child's parent thread, if not the main one
         self._slots = spec.lookahead + 1  # windows in flight, each with a 30 s audio slot
         self._audio: Any = None  # set by start(): the shared RawArray
@@ -277,11 +279,11 @@ class DrafterProcess:
         return index in self._encoded or self.done(index)
 
     def spare(self, index: int) -> bool:
-        """Whether stopping the drafter now would hold back no text the target needs soon for
-        window `index`: a drafter that publishes token by token, once past its encoder for the
-        window; a CTranslate2 one publishes the whole window at its end, so once done.
-        """
-        return self.encoded(index) if self.spec.family.streams else self.done(index)
+        """Whether stopping the drafter now would hold back no text the target needs for
+        window `index`: once its draft of the window is done. With its encoder sized to the
+        speech, drafting a window costs a few of the target's encoder layers, so the target
+        waits for the whole draft rather than decode beside a drafter still writing it."""
+        return self.done(index)
 
     def release(self, index: int) -> None:
         """The target is done with window `index` and all before it: forget their drafts.
@@ -311,6 +313,7 @@ class DrafterProcess:
             self._signal(_CONTINUE)
             self._last_heard = time.perf_counter() - self._silent_s()
             self._stopped = False
+            self._stops.append((self._stopped_at, time.perf_counter()))
 
     def _signal(self, signum: int | None) -> bool:
         """Sends `signum` to a live child; False where it cannot be sent (no such signal)."""
@@ -361,7 +364,9 @@ class DrafterProcess:
 
     def _finish(self, index: int, start: float, end: float, tokens: int, finished: bool) -> None:
         encoded = self._encoded.pop(index, end)
-        self.intervals.append(BusyInterval(index, start, end, encoded - start, tokens, finished))
+        stopped = sum(max(0.0, min(end, b) - max(start, a)) for a, b in self._stops)
+        interval = BusyInterval(index, start, end, encoded - start, tokens, finished, stopped)
+        self.intervals.append(interval)
         if index in self._drafts:
             self._drafts[index].done = finished
 

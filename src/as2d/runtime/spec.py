@@ -70,3 +70,4 @@ class BusyInterval:
     encode_s: float
     tokens: int
     finished: bool
+    stopped_s: float = 0.0  # of it, stopped while the target had its cores (`stop`)
