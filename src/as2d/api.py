@@ -158,7 +158,8 @@ class Transcriber:
     def _check_family(self, shared_target: TargetAdapter[Any] | None) -> None:
         """Raises ValueError, one line, for options this target's family cannot run."""
         check(self.options)
-        check_target(self.options)  # a language or task the target cannot decode
+        if shared_target is None:  # a target loaded already is on this machine
+            check_target(self.options)  # a language or task the target cannot decode
         family = type(shared_target) if shared_target else adapter_class(self.options.target)
         if self.options.task == "ask" and not family.follows_requests:
             raise ValueError(

@@ -141,7 +141,6 @@ def test_joined_parts_are_checked_by_size(as2d_cache: Path) -> None:
     size = joined.stat().st_size
     with joined.open("r+b") as f:
         f.truncate(size - 1)
-    assert not is_cached("whisper-base")
     assert ct2_dir("whisper-base") == joined.parent and joined.stat().st_size == size
     assert (joined.parent / "vocabulary.txt").is_file()
 
