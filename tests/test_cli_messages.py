@@ -11,6 +11,8 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
+from audio_files import encode_with_av
+
 DATA = Path(__file__).parent / "data" / "asterisk" / "en"
 CLIP = DATA / "vm-newuser.wav"
 CLIPS = [CLIP, DATA / "demo-nogo.wav", DATA / "dir-intro.wav"]
@@ -26,17 +28,8 @@ def as2d(*args: object, timeout: float = 300) -> subprocess.CompletedProcess[str
 def damaged_mp3(path: Path) -> Path:
     """CLIP as an MP3 with 2000 random bytes in its middle: libmpg123 (libsndfile's MP3
     decoder) prints four lines of its own about it to the process's stderr."""
-    import av
-
     audio, rate = sf.read(CLIP, dtype="float32")
-    with av.open(str(path), "w") as container:
-        stream = container.add_stream("mp3", rate=rate, layout="mono")
-        frame = av.AudioFrame.from_ndarray(audio[None], format="flt", layout="mono")
-        frame.sample_rate = rate
-        to_codec = av.AudioResampler(format=stream.format.name, layout="mono", rate=rate)
-        for converted in [*to_codec.resample(frame), *to_codec.resample(None), None]:
-            for packet in stream.encode(converted):
-                container.mux(packet)
+    encode_with_av(path, audio, rate, "mp3")
     data = bytearray(path.read_bytes())
     middle = len(data) // 2
     data[middle : middle + 2000] = np.random.default_rng(0).bytes(2000)

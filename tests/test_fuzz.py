@@ -13,7 +13,6 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-import av
 import numpy as np
 import pytest
 import soundfile as sf
@@ -21,6 +20,7 @@ import soundfile as sf
 from as2d.audio.load import AudioError, audio_duration, load_audio
 from as2d.eval.serve_load import Server, started_server
 from as2d.runtime.drafts import DraftStore, StoredDraft
+from audio_files import encode_with_av
 
 DATA = Path(__file__).parent / "data"
 CLIP = DATA / "asterisk" / "en" / "vm-newuser.wav"
@@ -219,14 +219,7 @@ def recordings(directory: Path) -> list[bytes]:
     for ext in ("flac", "ogg"):
         sf.write(directory / f"clip.{ext}", audio, rate)
     for ext, codec in (("mp3", "mp3"), ("m4a", "aac")):
-        with av.open(str(directory / f"clip.{ext}"), "w") as container:
-            stream = container.add_stream(codec, rate=rate, layout="mono")
-            frame = av.AudioFrame.from_ndarray(audio[None], format="flt", layout="mono")
-            frame.sample_rate = rate
-            to_codec = av.AudioResampler(format=stream.format.name, layout="mono", rate=rate)
-            for converted in [*to_codec.resample(frame), *to_codec.resample(None), None]:
-                for packet in stream.encode(converted):
-                    container.mux(packet)
+        encode_with_av(directory / f"clip.{ext}", audio, rate, codec)
     made = [(directory / f"clip.{ext}").read_bytes() for ext in ("flac", "ogg", "mp3", "m4a")]
     return [CLIP.read_bytes(), (DATA / "long_en.flac").read_bytes()[:200_000], *made]
 
