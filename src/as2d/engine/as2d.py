@@ -145,9 +145,16 @@ class SpeculativeDecoder:
             stream = DraftTokens(drafts, at, self.tokenizer, self.leading_space)
             sources.insert(0, DrafterStreamSource(stream.tokens, key=self.word_keys))
         payoff = Payoff(self.alone_step_s)
+        resting = self._resting()  # it did not pay in the windows before: the cores at once
 
         def done_with_window() -> bool:
-            return d is None or d.idle or payoff.losing() or (self._scales and d.done(index))
+            return (
+                d is None
+                or resting
+                or d.idle
+                or payoff.losing()
+                or (self._scales and d.done(index))
+            )
 
         with self.lend_cores(window, done_with_window) as loan:
             loan.take()  # the prefill on every core too, where the drafter has nothing to do
@@ -160,7 +167,7 @@ class SpeculativeDecoder:
                 self.target, encoded, prompt, sources, self.policy, self.max_k, rule,
                 before_pass if self.cores else None,
             )  # fmt: skip
-        self._unpaid = self._unpaid + 1 if payoff.lost else 0
+        self._unpaid = self._unpaid + 1 if payoff.lost or resting else 0
         if self.drafter is not None:
             self.drafter.release(index)
         if self.gate is not None:
@@ -200,8 +207,12 @@ class SpeculativeDecoder:
         for them in the windows before (then every `PROBE_EVERY`-th window it drafts as usual,
         so that a drafter that pays again is noticed)."""
         d = self.drafter
-        skip = self._unpaid > 0 and self._unpaid % PROBE_EVERY != 0
-        return d is None or skip or not d.holds(index) or d.spare(index)
+        return d is None or self._resting() or not d.holds(index) or d.spare(index)
+
+    def _resting(self) -> bool:
+        """Whether the drafter did not pay for its cores in the windows before and this window
+        is not one of the `PROBE_EVERY`-th that it gets to show it pays again."""
+        return self._unpaid > 0 and self._unpaid % PROBE_EVERY != 0
 
     def activity(self) -> DrafterActivity | None:
         """The drafter's work on the current recording's windows (None without a drafter):
