@@ -111,9 +111,10 @@ class Transcriber:
         Transcriber owns it from then on. `spawn_drafter=False`: no drafter process, even for
         as2d, which then decodes every window as `DraftGate`'s refused ones (a command whose
         recordings are all too short for drafting to pay, `gate.drafting_may_pay`).
-        `warm`: run `warm_up` now, so that the first recording's timing leaves out first
-        calls; a one-off command saves the passes without it (they still run before a cost
-        not measured yet on this machine is measured, see below).
+        `warm`: run `warm_up` now and wait for the drafter's model, so that the first
+        recording's timing leaves out first calls and loading; a one-off command saves both
+        without it (the target starts alone, and the drafter joins once loaded), except
+        before a cost not measured yet on this machine is measured.
 
         Whatever fails here (a bad option or model, Ctrl-C) closes what was started and sets
         the thread count back, as `close` does, before it raises.
@@ -140,20 +141,26 @@ class Transcriber:
             # that speculative methods measure on first use; a one-off run with costs cached
             # skips them.
             encoded = self.warm_up() if warm else None
-            # The drafter's model loads before costs are measured (it shares the machine),
-            # and outside any run's timing.
-            if self._drafter is not None:
-                self._drafter.wait_ready(DRAFTER_LOAD_S)
+            if warm:  # the drafter's model loads outside any run's timing
+                self._wait_for_drafter()
+
+            def before_measuring() -> Any:  # the drafter shares the machine: loaded first
+                self._wait_for_drafter()
+                return self.warm_up() if encoded is None else encoded
+
             self._factory = DecoderFactory(
-                o, self.target, (target_threads, drafter_threads),
-                lambda: self.warm_up() if encoded is None else encoded,
-            )  # fmt: skip
+                o, self.target, (target_threads, drafter_threads), before_measuring
+            )
             self.decoder: WindowDecoder = self._factory.decoder(self._drafter)
             self._policies: dict[int | None, BudgetPolicy] = {}  # `set_budget`'s, by budget
             self._aligner: WhisperTarget | None = None  # times a chat target's words
         except BaseException:
             self.close()
             raise
+
+    def _wait_for_drafter(self) -> None:
+        if self._drafter is not None:
+            self._drafter.wait_ready(DRAFTER_LOAD_S)
 
     def _check_family(self, shared_target: TargetAdapter[Any] | None) -> None:
         """Raises ValueError, one line, for options this target's family cannot run."""
@@ -279,8 +286,6 @@ class Transcriber:
         windower = SpeechWindower()
         for window in self.decoder.windows(windower.windows(audio)):
             result, asked = self.decode_window(window, asked, request_tokens, timestamps)
-            if speculative is not None:  # detected on the first window: drafts follow it
-                speculative.language = asked.language
             tokens += len(result.token_ids)
             yield result
         wall = time.perf_counter() - start
@@ -312,7 +317,7 @@ class Transcriber:
         with decoder.lend_cores(window) as loan:
             encoded = self.target.encode(window.audio, loan.take if loan else None)
             asked = replace(asked, language=self.target.language(encoded, asked.language))
-            decoder.prepare(window)  # sd: the drafter's encoder forward
+            decoder.prepare(window, asked.language)  # sd: the drafter's encoder forward
         t1 = synced_clock(self.target.device)
         prompt = self.target.prompt(encoded, asked)
         token_ids, counts = decoder.decode(window, encoded, prompt, self.rule, list(request_tokens))

@@ -306,15 +306,22 @@ def test_draft_gate_counts_only_drafted_windows_for_accuracy() -> None:
 # ---------------------------------------------------------------- whether to start a drafter
 
 
-def _kept_costs(cache: Path, target_steps: tuple[float, float], drafter: DraftCosts):
+def _kept_costs(
+    cache: Path,
+    target_steps: tuple[float, float],
+    drafter: DraftCosts,
+    english: DraftCosts | None = None,
+):
     """Costs kept in `cache` as earlier runs keep them: the target's step on 2 threads and on
-    1 (`target_steps`), the drafter's warm-up costs on 1."""
+    1 (`target_steps`), the drafter's warm-up costs on 1 (`english`: `auto`'s for English
+    windows, where it drafts them with another model)."""
     machine = machine_key()
     for threads, step in zip((2, 1), target_steps, strict=True):
         path = cost_path(cache, target_cost_name("whisper-base", "cpu", None), machine, threads)
         path.parent.mkdir(parents=True, exist_ok=True)
         CostModel((step, 1.2 * step, 1.4 * step)).save(path)
-    save_drafter_costs(drafter_costs_path(cache, "auto", 1), {"*": drafter})
+    by_language = {"*": drafter} if english is None else {"*": drafter, "en": english}
+    save_drafter_costs(drafter_costs_path(cache, "auto", 1), by_language)
 
 
 def test_no_drafter_starts_for_recordings_too_short_to_pay(tmp_path: Path, monkeypatch) -> None:
@@ -328,6 +335,19 @@ def test_no_drafter_starts_for_recordings_too_short_to_pay(tmp_path: Path, monke
     assert drafting_may_pay(options, tmp_path, [3.0, 600.0])  # a 30 s window pays
     assert drafting_may_pay(replace(options, draft_gate=False), tmp_path, [3.0])
     assert drafting_may_pay(replace(options, device="cuda"), tmp_path, [3.0])
+
+
+def test_a_drafter_starts_where_the_language_is_not_known_yet(tmp_path: Path, monkeypatch) -> None:
+    """`auto` drafts English with a cheaper model than other languages: with the language left
+    to detection, the recording may be English, and a drafter that pays for English starts
+    (it did not: the other languages' costs decided, and no drafter ever started)."""
+    monkeypatch.setattr("as2d.runtime.cores._cores", lambda: 2)
+    dear = DraftCosts(0.25, 1.5, 0.05)  # a drafter that never pays against whisper-base
+    _kept_costs(tmp_path, (BASE_STEP_S, 0.0171), dear, english=TINY_EN)
+    unknown = Options(target="whisper-base", method="as2d")
+    assert drafting_may_pay(unknown, tmp_path, [25.0])
+    assert drafting_may_pay(replace(unknown, language="en"), tmp_path, [25.0])
+    assert not drafting_may_pay(replace(unknown, language="fr"), tmp_path, [25.0])
 
 
 def test_draft_gate_weighs_drafting_by_how_long_it_really_took() -> None:

@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -138,3 +139,15 @@ def test_transcribe_goes_on_past_malformed_store_files(tmp_path):
     assert "Traceback" not in proc.stderr
     assert all((out / f"{f.stem}.txt").read_text().strip() for f in files)
     assert list(store.root.glob("*.json")) == []
+
+
+def test_no_drafter_starts_for_a_command_shorter_than_its_start_up(tmp_path):
+    """A one-off command over one short clip: the drafter process would be ready only after
+    the target's encoder (torch's import and its model, beside the target's), so it is not
+    started; files that are longer together start it, as does a gate turned off."""
+    options = Options(drafts_dir=str(tmp_path / "drafts"))
+    assert not drafter_needed(options, [str(CLIP)], [10.5])
+    assert not drafter_needed(options, [str(CLIP)] * 2, [10.5, 10.5])
+    assert drafter_needed(replace(options, draft_gate=False), [str(CLIP)], [10.5])
+    got = _transcribe(tmp_path / "as2d", "--drafts", "off")  # nothing stored stands in
+    assert got["stats"]["drafter"] is None  # no drafter process was started

@@ -22,7 +22,7 @@ from as2d.drafting.family import (
     sized_frames,
 )
 from as2d.drafting.torch_whisper import Encoded
-from as2d.drafting.warm import WARM_STEPS, busy_s, timed_encodes, warm_prompt
+from as2d.drafting.warm import WARM_STEPS, busy_s, short_silence, timed_encodes, warm_prompt
 from as2d.models.tokenizer import WhisperTokenizer
 from as2d.runtime.spec import DrafterSpec
 from as2d.types import N_SAMPLES, SAMPLE_RATE
@@ -46,6 +46,7 @@ class CT2WhisperDrafter:
         self.tokenizer = WhisperTokenizer.from_model_dir(Path(directory))
         self.storage = ctranslate2.StorageView
         self.spec = spec
+        self._costs: dict[str, DraftCosts] = {}
 
     def encode(self, audio: np.ndarray, language: str | None) -> Encoded:
         padded = np.pad(audio[:N_SAMPLES], (0, max(0, N_SAMPLES - len(audio))))
@@ -57,8 +58,12 @@ class CT2WhisperDrafter:
 
     def warm_up(self) -> dict[str, DraftCosts]:
         threads = self.spec.threads
-        short_s, full_s, encoded = timed_encodes(self, threads, self.spec.tail_s is not None)
         prompt = warm_prompt(self.tokenizer, self.spec)
+        if not self.spec.timed:  # first calls only
+            encoded = self.encode(short_silence(), "en")
+            self.model.generate(encoded.hidden, [prompt], beam_size=1, max_length=len(prompt) + 1)
+            return self._costs
+        short_s, full_s, encoded = timed_encodes(self, threads, self.spec.tail_s is not None)
 
         def generate(tokens: int) -> tuple[int, float]:  # end-of-text suppressed: `tokens` made
             start = busy_s(threads)
@@ -70,7 +75,11 @@ class CT2WhisperDrafter:
 
         (few, few_s), (more, more_s) = generate(1), generate(1 + WARM_STEPS)
         step_s = max(0.0, more_s - few_s) / max(1, more - few)
-        return {ANY_LANGUAGE: DraftCosts(short_s, full_s, step_s)}
+        self._costs = {ANY_LANGUAGE: DraftCosts(short_s, full_s, step_s)}
+        return self._costs
+
+    def costs(self) -> dict[str, DraftCosts]:
+        return self._costs
 
     def texts(self, encoded: Encoded) -> Iterator[tuple[int, str]]:
         language = encoded.language if self.tokenizer.multilingual else None

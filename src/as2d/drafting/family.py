@@ -93,6 +93,11 @@ class DraftModel(Protocol):
         """Makes the first calls; returns the costs per language it drafts (`costs_for`)."""
         ...
 
+    def costs(self) -> dict[str, DraftCosts]:
+        """The costs per language timed so far: `warm_up`'s, and those of a model loaded since
+        on first need (`ByLanguage`'s multilingual one)."""
+        ...
+
 
 @dataclass(frozen=True)
 class DrafterFamily:
@@ -126,6 +131,16 @@ class DrafterFamily:
     def coupled(self) -> bool:
         """Whether sd can run it in the target's process (a PyTorch model with a KV cache)."""
         return self.kind != "ct2"
+
+    @property
+    def by_language(self) -> bool:
+        """Whether the model that drafts a window depends on its language (`model_for`)."""
+        return self.kind == AUTO
+
+    def warm_keys(self, language: str | None) -> tuple[str, ...]:
+        """The `DraftCosts` keys its start-up times for a drafter given `language`: "en" for
+        `auto`'s English model (loaded at once unless another language is given), else "*"."""
+        return ("en",) if self.kind == AUTO and language in (None, "en") else (ANY_LANGUAGE,)
 
     def model_for(self, language: str | None) -> str:
         """The Whisper model that drafts `language` (None: not known yet)."""

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from as2d.drafting.family import ANY_LANGUAGE, DraftCosts, RunOnGuard, sized_frames
-from as2d.drafting.warm import WARM_STEPS, busy_s, timed_encodes, warm_prompt
+from as2d.drafting.warm import WARM_STEPS, busy_s, short_silence, timed_encodes, warm_prompt
 from as2d.runtime.spec import DrafterSpec
 from as2d.types import SAMPLE_RATE
 
@@ -48,6 +48,7 @@ class TorchWhisperDrafter:
         self.model = WhisperTarget.load(model, approximate=True)
         self.tokenizer = self.model.tokenizer
         self.spec = spec
+        self._costs: dict[str, DraftCosts] = {}
 
     def encode(self, audio: np.ndarray, language: str | None) -> Encoded:
         frames = sized_frames(len(audio)) if self.spec.tail_s is not None else None
@@ -55,6 +56,11 @@ class TorchWhisperDrafter:
         return Encoded(hidden, language, len(audio) / SAMPLE_RATE)
 
     def warm_up(self) -> dict[str, DraftCosts]:
+        if not self.spec.timed:  # first calls only
+            encoded = self.encode(short_silence(), "en")
+            self.model.prefill(encoded.hidden, warm_prompt(self.tokenizer, self.spec))
+            self.model.forward([self.tokenizer.eot])
+            return self._costs
         threads = self.spec.threads
         short_s, full_s, encoded = timed_encodes(self, threads, self.spec.tail_s is not None)
         self.model.prefill(encoded.hidden, warm_prompt(self.tokenizer, self.spec))
@@ -62,7 +68,11 @@ class TorchWhisperDrafter:
         for _ in range(WARM_STEPS):
             self.model.forward([self.tokenizer.eot])  # any token: a step costs the same
         step_s = (busy_s(threads) - start) / WARM_STEPS
-        return {ANY_LANGUAGE: DraftCosts(short_s, full_s, step_s)}
+        self._costs = {ANY_LANGUAGE: DraftCosts(short_s, full_s, step_s)}
+        return self._costs
+
+    def costs(self) -> dict[str, DraftCosts]:
+        return self._costs
 
     def texts(self, encoded: Encoded) -> Iterator[tuple[int, str]]:
         language = encoded.language if self.tokenizer.multilingual else None

@@ -47,3 +47,8 @@ def warm_prompt(tokenizer: WhisperTokenizer, spec: DrafterSpec) -> list[int]:
     """The prompt of the warm-up steps: the spec's language, else English."""
     language = (spec.language or "en") if tokenizer.multilingual else None
     return tokenizer.prompt(language, spec.task)
+
+
+def short_silence() -> np.ndarray:
+    """`SHORT_INPUT_S` of silence: the first calls' input where the warm-up is not timed."""
+    return np.zeros(int(SHORT_INPUT_S * SAMPLE_RATE), np.float32)

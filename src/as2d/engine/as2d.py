@@ -98,6 +98,7 @@ class SpeculativeDecoder:
         self._first = 0  # `base` while the current recording's windows are read (`activity`)
         self.stored: Drafts | None = None  # the current recording's drafts made before
         self.language: str | None = None  # the recording's, once known: picks `auto`'s model
+        self._waiting: list[Window] = []  # read ahead before the language that drafts them
 
     def windows(self, windows: Iterable[Window]) -> Iterator[Window]:
         """Yields a recording's windows in order, submitting each to the drafter early."""
@@ -116,9 +117,15 @@ class SpeculativeDecoder:
                 break
             yield ahead.popleft()
         self.base += count
+        self._waiting.clear()
 
-    def prepare(self, window: Window) -> None:
-        """Nothing to do before decoding a window: the drafter process already has it."""
+    def prepare(self, window: Window, language: str | None) -> None:
+        """The target knows the recording's language (given, or detected on its first window):
+        windows read ahead before it, for a drafter whose model depends on it, go now."""
+        self.language = language
+        waiting, self._waiting = self._waiting, []
+        for early in waiting:
+            self._submit(early)
 
     def decode(
         self,
@@ -160,6 +167,8 @@ class SpeculativeDecoder:
             loan.take()  # the prefill on every core too, where the drafter has nothing to do
 
             def before_pass(committed: int) -> bool:
+                if d is not None and d.loading:
+                    payoff.restart()  # judged from the first pass the drafter could draft
                 payoff.count(committed)
                 return loan.take()
 
@@ -249,6 +258,12 @@ class SpeculativeDecoder:
         index, d = self.base + window.index, self.drafter
         if d is None or not d.wants(index) or self._stored(window):
             return
+        if self.language is None and d.spec.family.by_language:
+            # `auto` drafts English with a model several times cheaper than other languages':
+            # the window waits for the target's detection (its encoder and one step) rather
+            # than go to the multilingual model, whose costs the gate would mostly refuse.
+            self._waiting.append(window)
+            return
         costs, input_s = d.costs(self.language), draft_seconds(window, d.spec.tail_s)
         if self.gate is None or self.gate.pays(window.duration, input_s, costs):
             d.submit(replace(window, index=index), self.language)  # else the target alone
@@ -281,6 +296,10 @@ class Payoff:
         self._start: float | None = None
         self._now = 0.0
         self._first = self._committed = 0
+
+    def restart(self) -> None:
+        """Forgets the passes so far."""
+        self.passes, self._start = 0, None
 
     def count(self, committed: int) -> None:
         """A pass is about to run, with `committed` output tokens so far."""

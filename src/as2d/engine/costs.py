@@ -47,9 +47,11 @@ def target_cost_name(target: str, device: str, dtype: str | None) -> str:
     return f"{target}-{device}-{dtype or 'default'}"
 
 
-def drafter_costs_path(cache: Path, drafter: str, threads: int) -> Path:
-    """Where a drafter process's warm-up costs (`DrafterProcess.warm_costs`) are kept."""
-    return cost_path(cache, f"drafter-{drafter}", machine_key(), threads)
+def drafter_costs_path(cache: Path, drafter: str, threads: int, sized: bool = True) -> Path:
+    """Where a drafter process's warm-up costs (`DrafterProcess.warm_costs`) are kept;
+    `sized`: its encoder reads a window's speech and a tail (else always 30 s)."""
+    name = f"drafter-{drafter}-{'sized' if sized else 'full'}"
+    return cost_path(cache, name, machine_key(), threads)
 
 
 def save_drafter_costs(path: Path, costs: Mapping[str, DraftCosts]) -> None:

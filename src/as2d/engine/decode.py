@@ -25,7 +25,7 @@ class WindowDecoder(Protocol):
         for window in decoder.windows(windows):
             with decoder.lend_cores(window) as loan:      # the target's encoder
                 encoded = target.encode(window.audio, loan.take if loan else None)
-                decoder.prepare(window)
+                decoder.prepare(window, target.language(encoded, language))
             tokens, counts = decoder.decode(window, encoded, prompt, rule, request)
     """
 
@@ -40,8 +40,10 @@ class WindowDecoder(Protocol):
         """Around the target's encoder of `window`: the drafter's cores, once it can spare them."""
         ...
 
-    def prepare(self, window: Window) -> None:
-        """What the method does with a window before decoding it (sd: the drafter's encoder)."""
+    def prepare(self, window: Window, language: str | None) -> None:
+        """What the method does with a window before decoding it, once the target knows its
+        `language` (given or detected) (sd: the drafter's encoder; as2d: hands over windows
+        that waited for the language)."""
         ...
 
     def decode(
@@ -80,7 +82,7 @@ class TargetOnlyDecoder:
     def lend_cores(self, window: Window) -> AbstractContextManager[CoreLoan | None]:
         return nullcontext(None)  # no drafter: the target has every core already
 
-    def prepare(self, window: Window) -> None:
+    def prepare(self, window: Window, language: str | None) -> None:
         pass
 
     def decode(

@@ -137,9 +137,18 @@ def drafting_may_pay(options: Options, cache: Path, seconds: Iterable[float]) ->
         shared = CostModel.load(cost_path(cache, name, machine, threads))[0]
     except (OSError, ValueError, KeyError):
         return True
-    costs = costs_for(load_drafter_costs(drafter_costs_path(cache, o.drafter, extra)), o.language)
+    path = drafter_costs_path(cache, o.drafter, extra, o.drafter_tail_s is not None)
+    by_language = load_drafter_costs(path)
+    # The recording's language is not known before its first window (unless given): each
+    # language the drafter drafts in its own way may be it.
+    languages = [o.language] if o.language or not by_language else list(by_language)
     longest = min(max(seconds, default=0.0), MAX_WINDOW_S)
     input_s = (
         MAX_WINDOW_S if o.drafter_tail_s is None else min(MAX_WINDOW_S, longest + o.drafter_tail_s)
     )
-    return DraftGate(alone, (threads, extra), shared).pays(longest, input_s, costs)
+    return any(
+        DraftGate(alone, (threads, extra), shared).pays(
+            longest, input_s, costs_for(by_language, language)
+        )
+        for language in languages
+    )

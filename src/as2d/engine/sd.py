@@ -82,7 +82,7 @@ class CoupledDecoder:
         """Nothing to lend: the drafter runs in turn with the target, on its threads."""
         return nullcontext(None)
 
-    def prepare(self, window: Window) -> None:
+    def prepare(self, window: Window, language: str | None) -> None:
         """The drafter's encoder forward over the window (part of the window's encode time)."""
         self._encoded = self.source.drafter.encode(window.audio)
         self._windows += 1

@@ -42,8 +42,8 @@ class CoreLoan:
 
     The encoder is most of a window's target time and takes about half as long on two cores
     as on one. `take` is called before the encoder and between its layers (`Target.encode`):
-    once the drafter can spare its cores (`DrafterProcess.spare`: past its own encoder for the
-    window, or for a whole-window drafter done with it), it is stopped where it is and the
+    once the drafter can spare its cores (`DrafterProcess.spare`: done with the window), and
+    is not loading its model (`DrafterProcess.loading`), it is stopped where it is and the
     target runs the rest of its encoder on the drafter's cores too; `close` continues the
     drafter. Stopped earlier, the drafter would have nothing for the target's first steps
     (asterisk + piper long-form, 2 recordings: lending always 1.41x end to end; only when the
@@ -84,7 +84,7 @@ class CoreLoan:
             return True
         if d is not None:
             d.poll()
-            if d.alive and not (self.ready() and d.stop()):
+            if d.alive and (d.loading or not (self.ready() and d.stop())):
                 return False
         _set_threads(self.threads + self.extra)
         if self.policy is not None:

@@ -30,6 +30,7 @@ Messages from the child (times are `time.perf_counter()`: CLOCK_MONOTONIC on Lin
 one system-wide clock, so child and parent times are directly comparable):
 
     ("ready", t, costs)                      model loaded; its warm-up's `DraftCosts` by language
+    ("costs", costs)                         a model loaded since (`auto`'s multilingual one)
     ("start", index, t) / ("encoded", index, t)
     ("text", index, keep, delta)             window text is now text[:keep] + delta
     ("done", index, start, end, tokens, finished)
@@ -54,12 +55,14 @@ import types
 from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from as2d.drafting.family import DraftCosts, costs_for, draft_audio
-from as2d.engine.costs import drafter_costs_path, save_drafter_costs
+from as2d.engine.costs import drafter_costs_path, load_drafter_costs, save_drafter_costs
 from as2d.models.bundled import cache_root
 from as2d.runtime.frames import FrameReader
 from as2d.runtime.launch import Keeper, start_child
@@ -77,6 +80,9 @@ __all__ = [
     "start_drafter",
 ]
 
+# A drafter loads its model in 2-4 s (torch's import, then tiny.en's: 2-core Xeon); longer, it
+# is taken for stuck, and core loans stop it as any other.
+LOADING_GRACE_S = 15.0
 _STOP = getattr(signal, "SIGSTOP", None)  # POSIX only: elsewhere the drafter keeps its cores
 _CONTINUE = getattr(signal, "SIGCONT", None)
 _THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
@@ -167,14 +173,18 @@ class DrafterProcess:
         windows, self._windows = self._ctx.Pipe(duplex=False)
         self._results, results = self._ctx.Pipe(duplex=False)
         link = ChildLink(windows, results, self._released, self._audio)
-        self._process = self._ctx.Process(target=child_main, args=(self.spec, link), daemon=True)
+        kept = load_drafter_costs(self._costs_path())
+        self.warm_costs = kept or None  # earlier runs' until the child times its own
+        keys = self.spec.family.warm_keys(self.spec.language)
+        spec = replace(self.spec, timed=not kept or any(k not in kept for k in keys))
+        self._process = self._ctx.Process(target=child_main, args=(spec, link), daemon=True)
         with _child_env(self.spec.threads), _bare_main():
             self._keeper = start_child(self._process)
         windows.close()  # the child holds the other ends: EOF on results means it is gone
         results.close()
         os.set_blocking(self._windows.fileno(), False)  # a full pipe must not block submit
         self._frames = FrameReader(self._results.fileno())
-        self._last_heard = time.perf_counter()
+        self._last_heard = self._spawned_at = time.perf_counter()
 
     def wait_ready(self, timeout_s: float) -> bool:
         """Blocks until the drafter's model is loaded, it is lost, or `timeout_s` passes.
@@ -192,6 +202,13 @@ class DrafterProcess:
     def alive(self) -> bool:
         """Started, not lost and not closed (as of the last `poll`)."""
         return self._process is not None and not self.lost and not self._closed
+
+    @property
+    def loading(self) -> bool:
+        """Whether its model is still loading, for at most `LOADING_GRACE_S` since the start:
+        core loans leave it its cores meanwhile (stopped, it would only draft later)."""
+        started = time.perf_counter() - self._spawned_at
+        return self.alive and not self.ready and started < LOADING_GRACE_S
 
     @property
     def busy_s(self) -> float:
@@ -224,7 +241,7 @@ class DrafterProcess:
 
     def costs(self, language: str | None) -> DraftCosts | None:
         """What drafting a window in `language` (None: not known yet) costs, as timed at
-        start-up; None before the model is loaded."""
+        start-up, or by an earlier run until then; None where neither timed it."""
         return costs_for(self.warm_costs, language)
 
     def submit(self, window: Window, language: str | None = None) -> None:
@@ -355,12 +372,22 @@ class DrafterProcess:
             self._encoded[args[0]] = args[1]
         elif kind == "done":
             self._finish(*args)
-        elif kind == "ready":
-            self.ready, self.warm_costs = True, args[1]
-            path = drafter_costs_path(cache_root(), self.spec.name, self.spec.threads)
-            save_drafter_costs(path, self.warm_costs)  # for `gate.drafting_may_pay`
+        elif kind in ("ready", "costs"):
+            self.ready = True
+            self._timed(args[-1])
         elif kind == "error":
             self._lose(f"drafter failed: {args[0]}")
+
+    def _costs_path(self) -> Path:
+        spec = self.spec
+        return drafter_costs_path(cache_root(), spec.name, spec.threads, spec.tail_s is not None)
+
+    def _timed(self, costs: dict[str, DraftCosts]) -> None:
+        """The child's costs by language, over earlier runs' for models it has not loaded yet
+        (kept for `gate.drafting_may_pay`)."""
+        self.warm_costs = {**(self.warm_costs or {}), **costs}
+        path = self._costs_path()
+        save_drafter_costs(path, self.warm_costs)
 
     def _finish(self, index: int, start: float, end: float, tokens: int, finished: bool) -> None:
         encoded = self._encoded.pop(index, end)

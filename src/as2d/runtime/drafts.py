@@ -27,6 +27,12 @@ from as2d.types import Window
 from as2d.writers import write_atomic
 
 MAX_STORE_BYTES = 256 << 20  # about a million windows of text
+# A command's audio up to which its drafter process is not started: its start-up (torch's
+# import and its model, 2-4 s beside the target's own) outlasts the target's work on one
+# window. One-off `as2d transcribe` on a 2-core Xeon, target-only -> as2d: 10.5 s of speech
+# 3.7 -> 4.0 s (the drafter ready after the target's encoder), 45 s 5.3 -> 4.9 s, 112 s
+# 9.1 -> 7.8 s.
+ONE_OFF_MIN_S = 30.0
 _BOUNDS_S = 1e-3  # a stored window matches a window cut now within this
 
 
@@ -154,13 +160,18 @@ def stored_drafts(options: Options, audio: object) -> Drafts | None:
 
 def drafter_needed(options: Options, files: Sequence[str], seconds: Iterable[float]) -> bool:
     """Whether a command over `files` (`seconds` long) should start a drafter process: not
-    where every file's drafts are stored (`as2d draft`), nor where none is long enough for
-    drafting to pay on this machine (`drafting_may_pay`). The command line and each Ray
-    worker ask it alike."""
+    where every file's drafts are stored (`as2d draft`), nor (where the gate decides) where
+    the files together are too short for its start-up to pay (`ONE_OFF_MIN_S`), nor where
+    none is long enough for drafting to pay on this machine (`drafting_may_pay`). The
+    command line and each Ray worker ask it alike."""
     from as2d.engine.gate import drafting_may_pay
     from as2d.models.bundled import cache_root
 
+    seconds = list(seconds)
     if all(stored_drafts(options, file) is not None for file in files):
+        return False
+    gated = options.device == "cpu" and options.draft_gate  # else every window is drafted
+    if gated and sum(seconds) <= ONE_OFF_MIN_S:
         return False
     return drafting_may_pay(options, cache_root(), seconds)
 

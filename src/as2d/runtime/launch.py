@@ -88,3 +88,15 @@ def start_with_interrupts_blocked(process: BaseProcess) -> None:
         process.start()
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+
+def reap_resource_tracker() -> None:
+    """Stops multiprocessing's resource tracker, if this process started one (its first spawned
+    child did), and waits for it to exit. Left running, it exits only once this process has,
+    and nothing reaps it where the session's init does not (a container's): a defunct process
+    outlives every command that started a drafter."""
+    from multiprocessing import resource_tracker
+
+    stop = getattr(resource_tracker._resource_tracker, "_stop", None)  # CPython 3.8+
+    if stop is not None:
+        stop()

@@ -24,6 +24,8 @@ class DrafterSpec:
         lookahead: how many windows the drafter may be given beyond the target's.
         tail_s: the encoder reads each window's speech and this much silence after it
             (`draft_audio`); None: Whisper's 30 s.
+        timed: whether the models' warm-up is timed (`DraftCosts`); False where earlier runs'
+            costs are kept: first calls only, and the drafter is ready a few tenths sooner.
         fault: FOR TESTS AND ROBUSTNESS BENCHMARKS ONLY: a deliberately bad drafter
             that the target must survive with unchanged output. "random": random words
             instead of the transcript; "empty": publishes nothing; "sleep": sleeps
@@ -38,6 +40,7 @@ class DrafterSpec:
     lookahead: int = 2
     fault: str | None = None
     tail_s: float | None = DEFAULT_TAIL_S
+    timed: bool = True
 
     def __post_init__(self) -> None:
         if self.threads < 1 or self.lookahead < 0 or (self.tail_s or 0) < 0:

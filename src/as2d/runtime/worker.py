@@ -157,10 +157,14 @@ def child_main(spec: DrafterSpec, link: ChildLink) -> None:
     out = Outbox(link.results.fileno())
     try:
         drafter = spec.family.load(spec)
-        out.send("ready", time.perf_counter(), drafter.warm_up())
+        costs = dict(drafter.warm_up())
+        out.send("ready", time.perf_counter(), costs)
         while (window := _next_window(link)) is not None:
             if window.index > link.released.value:
                 _draft_window(spec, drafter, out, link, window)
+            if drafter.costs() != costs:  # a model loaded on first need
+                costs = dict(drafter.costs())
+                out.send("costs", costs)
     except BrokenPipeError:  # the parent is gone: nobody to tell
         return
     except Exception as err:
