@@ -17,16 +17,19 @@ very audio; if no speech comes before the endpoint, that is the window (same inp
 output) and its text is ready when the endpoint is heard; if speech resumes, the work is
 dropped.
 
-One thread does everything, between blocks: a block that arrives while the target works
-waits in the caller's buffer (a pipe, a socket), and `LiveEvent.audio_s` says how much audio
-had been heard when each event was decided.
+The audio is heard in the caller's thread and the target works in a thread of its own, so
+that an utterance's end is heard on time while the target decodes (`background`; without it
+the target works in `push`, and a block that arrives meanwhile waits in the caller's buffer).
+`LiveEvent.audio_s` says how much audio had been heard when each event was decided.
 """
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
+from queue import Empty, Queue, SimpleQueue
 
 import numpy as np
 
@@ -38,6 +41,7 @@ from as2d.types import SAMPLE_RATE, Window, WindowResult
 
 DEFAULT_ENDPOINT_MS = 600  # a pause this long ends an utterance
 PROVISIONAL_EVERY_S = 0.5  # the open utterance is drafted again once it grew this much
+CAPTION_EVERY_S = 0.05  # how often the target's side looks for new provisional text
 KINDS = ("speech_started", "delta", "speech_stopped", "completed")
 
 
@@ -54,6 +58,7 @@ class LiveEvent:
             completed: the final text.
         start_s, end_s: the utterance's window (speech_started: its first speech, to it).
         result: completed: the window's result (token ids, timings, step counts).
+        early: completed: decoded in the pause, before the endpoint was heard.
     """
 
     kind: str
@@ -64,18 +69,27 @@ class LiveEvent:
     start_s: float = 0.0
     end_s: float = 0.0
     result: WindowResult | None = None
+    early: bool = False
 
 
-@dataclass
-class _Early:
-    """The target's result for a tentative window, decoded during a pause."""
+@dataclass(frozen=True)
+class _Job:
+    """Work for the target's side: "draft" the open utterance, decode a pause's window
+    "early", or the utterance's "final" window."""
 
+    kind: str
     window: Window
-    result: WindowResult
+    item: int
 
 
 class LiveSession:
     """Transcribes one live stream with a `Transcriber` (which it does not close).
+
+    Two sides: `push` hears the audio (the voice activity detector and the windows: a
+    millisecond a block) and says what it decides at once (`speech_started`,
+    `speech_stopped`); the target's side (`_Engine`) drafts, decodes and says the rest
+    (`delta`, `completed`) from a thread of its own (`background`), so that an utterance's
+    end is heard on time while the target works. `poll` returns what it said since.
 
     Args:
         transcriber: its options give the method, models and language.
@@ -86,6 +100,7 @@ class LiveSession:
         provisional: draft the open utterance as it grows and say so (`delta`).
         language: the stream's, where `options.language` is None (else detected on the
             first utterance).
+        background: the target's side in its own thread (False: in `push`, between blocks).
     """
 
     def __init__(
@@ -95,44 +110,63 @@ class LiveSession:
         early: bool | None = None,
         provisional: bool = True,
         language: str | None = None,
+        background: bool = True,
     ) -> None:
-        self.transcriber = transcriber
         self.windower = SpeechWindower(endpoint_s=endpoint_ms / 1000)
-        o = transcriber.options
-        self.asked = Request(o.task, o.language or language, o.request if o.task == "ask" else None)
-        decoder = transcriber.decoder
-        self._speculative = decoder if isinstance(decoder, SpeculativeDecoder) else None
-        self.drafter = transcriber.drafter
-        self.early = self.drafter is not None if early is None else early
-        self.provisional = provisional and self.drafter is not None
-        self._request = transcriber.tokenizer.encode(self.asked.text) if self.asked.text else []
+        drafter = transcriber.drafter
+        self.early = drafter is not None if early is None else early
+        self.provisional = provisional and drafter is not None
         self._item = 0
         self._started = False  # speech_started said for the current item
-        self._caption = ""  # the last provisional text said
         self._drafted_to = 0.0  # where the open utterance's last draft ended (s)
-        self._draft_index = -1  # the drafter's number of the current item's latest draft
-        self._next_index = 0
-        self._tentative: Window | None = None  # the window the latest draft is of, if exact
-        self._early: _Early | None = None
+        self._early_sent: Window | None = None  # the pause's window handed over, if any
+        self._said: SimpleQueue[LiveEvent] = SimpleQueue()
+        self._pause: Window | None = None  # `windower.tentative()` after the last block
+        self._engine = _Engine(transcriber, language, self._say, lambda: self._pause)
+        self._jobs: Queue[_Job | None] = Queue()
+        self._thread: threading.Thread | None = None
+        if background:
+            self._thread = threading.Thread(target=self._engine.serve, args=(self._jobs,))
+            self._thread.start()
 
     def push(self, block: np.ndarray) -> list[LiveEvent]:
-        """Hears the next block (16 kHz mono float32); returns what it decided."""
+        """Hears the next block (16 kHz mono float32); returns what was decided since."""
         events: list[LiveEvent] = []
         for window in self.windower.push(block):
-            events += self._complete(window)
-        self._hear_speech(events)
-        if self.provisional:
-            self._draft_open_utterance(events)
-        if self.early:
-            self._decode_early()
+            events += self._decided(window)
+        if not self._started and self.windower.in_speech:
+            opened = self.windower.open_utterance()
+            events.append(
+                self._started_event(opened.speech[0][0] if opened and opened.speech else 0.0)
+            )
+        self._hand_over_work()
+        return events + self.poll()
+
+    def poll(self) -> list[LiveEvent]:
+        """What the target's side said since the last call (raises what it failed with)."""
+        if self._thread is None:
+            self._engine.caption()
+        self._engine.check()
+        events = []
+        while not self._said.empty():
+            events.append(self._said.get())
         return events
 
     def finish(self) -> list[LiveEvent]:
-        """The stream ended: the utterance still open ends here."""
+        """The stream ended: the utterance still open ends here; returns once every event is
+        said (the target's side has stopped)."""
         events: list[LiveEvent] = []
         for window in self.windower.finish():
-            events += self._complete(window)
-        return events
+            events += self._decided(window)
+        self.close()
+        return events + self.poll()
+
+    def close(self) -> None:
+        """Stops the target's side once the work handed over is done (a client gone)."""
+        if self._thread is not None:
+            self._jobs.put(None)
+            self._thread.join()
+            self._thread = None
 
     def run(self, blocks: Iterable[np.ndarray]) -> Iterator[LiveEvent]:
         """Every event of a stream of blocks, as they are decided."""
@@ -140,41 +174,138 @@ class LiveSession:
             yield from self.push(block)
         yield from self.finish()
 
-    # ------------------------------------------------------------------ per utterance
+    def _say(self, kind: str, item: int, **fields: object) -> LiveEvent:
+        event = LiveEvent(kind, item, self.windower.received_s, time.perf_counter(), **fields)  # type: ignore[arg-type]
+        self._said.put(event)
+        return event
 
-    def _event(self, kind: str, **fields: object) -> LiveEvent:
-        heard = self.windower.received_s
-        return LiveEvent(kind, self._item, heard, time.perf_counter(), **fields)  # type: ignore[arg-type]
+    def _started_event(self, start_s: float) -> LiveEvent:
+        self._started = True
+        return self._said_now("speech_started", start_s=start_s, end_s=start_s)
 
-    def _hear_speech(self, events: list[LiveEvent]) -> None:
-        if not self._started and self.windower.in_speech:
-            self._started = True
-            opened = self.windower.open_utterance()
-            start = opened.speech[0][0] if opened is not None and opened.speech else 0.0
-            events.append(self._event("speech_started", start_s=start, end_s=start))
+    def _said_now(self, kind: str, **fields: object) -> LiveEvent:
+        return LiveEvent(kind, self._item, self.windower.received_s, time.perf_counter(), **fields)  # type: ignore[arg-type]
 
-    def _complete(self, window: Window) -> list[LiveEvent]:
-        """The utterance's window is decided: its final text, reused from a pause where the
-        target decoded this very window then."""
+    def _decided(self, window: Window) -> list[LiveEvent]:
+        """The utterance's window is decided: said at once; the target's side finishes it."""
+        events = []
         if not self._started:  # decided in the block that first heard it
-            self._started = True
-            start = window.speech[0][0] if window.speech else window.start
-            started = [self._event("speech_started", start_s=start, end_s=start)]
-        else:
-            started = []
-        stopped = self._event("speech_stopped", start_s=window.start, end_s=window.end)
-        early = self._early
-        if early is not None and _same(early.window, window):
-            result = replace(early.result, index=window.index)
-        else:
-            result = self._decode(window)
-        completed = self._event(
-            "completed", text=result.text, start_s=window.start, end_s=window.end, result=result
-        )
+            events.append(
+                self._started_event(window.speech[0][0] if window.speech else window.start)
+            )
+        events.append(self._said_now("speech_stopped", start_s=window.start, end_s=window.end))
+        self._work(_Job("final", window, self._item))
         self._item += 1
-        self._started, self._caption, self._drafted_to = False, "", 0.0
-        self._tentative = self._early = None
-        return [*started, stopped, completed]
+        self._started, self._drafted_to, self._early_sent = False, 0.0, None
+        return events
+
+    def _hand_over_work(self) -> None:
+        """A pause's window to decode early, else the grown utterance to draft."""
+        self._pause = tentative = self.windower.tentative()  # read by the target's side
+        if tentative is not None:
+            if self.early and not (self._early_sent and _same(self._early_sent, tentative)):
+                self._work(_Job("early", tentative, self._item))
+                self._early_sent = tentative
+            return
+        opened = self.windower.open_utterance()
+        if self.provisional and opened and opened.end - self._drafted_to >= PROVISIONAL_EVERY_S:
+            self._work(_Job("draft", opened, self._item))
+            self._drafted_to = opened.end
+
+    def _work(self, job: _Job) -> None:
+        if self._thread is not None:
+            self._jobs.put(job)
+        else:
+            self._engine.do(job)
+
+
+class _Engine:
+    """The target's side of a `LiveSession`: its drafter's drafts and the target's results.
+
+    `say(kind, item, **fields)` says an event; `tentative()` is the pause's window as the
+    session hears it now (an early job whose pause has ended is dropped)."""
+
+    def __init__(
+        self,
+        transcriber: Transcriber,
+        language: str | None,
+        say: Callable[..., LiveEvent],
+        tentative: Callable[[], Window | None],
+    ) -> None:
+        self.transcriber = transcriber
+        o = transcriber.options
+        self.asked = Request(o.task, o.language or language, o.request if o.task == "ask" else None)
+        self._request = transcriber.tokenizer.encode(self.asked.text) if self.asked.text else []
+        decoder = transcriber.decoder
+        self._speculative = decoder if isinstance(decoder, SpeculativeDecoder) else None
+        self.drafter = transcriber.drafter
+        self._say = say
+        self._tentative = tentative
+        self._item = 0  # the utterance its drafts are of
+        self._caption = ""  # the last provisional text said
+        self._draft_index = -1  # the drafter's number of the latest draft
+        self._next_index = 0
+        self._drafted: Window | None = None  # the window the latest draft is of
+        self._early: tuple[Window, WindowResult] | None = None
+        self._error: BaseException | None = None
+
+    def serve(self, jobs: Queue[_Job | None]) -> None:
+        """Does the jobs in order until None; says provisional text while idle."""
+        while True:
+            try:
+                job = jobs.get(timeout=CAPTION_EVERY_S)
+            except Empty:
+                self.caption()
+                continue
+            if job is None:
+                return
+            if self._error is None:
+                try:
+                    self.do(job)
+                except BaseException as err:  # said by `check`, in the session's thread
+                    self._error = err
+
+    def check(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def do(self, job: _Job) -> None:
+        if job.kind == "draft":
+            self._draft(job.window, job.item)
+        elif job.kind == "early":
+            now = self._tentative()
+            if now is not None and _same(now, job.window):  # still the pause's window
+                self._decode_early(job.window, job.item)
+        else:
+            self._final(job.window, job.item)
+        self.caption()
+
+    def caption(self) -> None:
+        """Says the latest draft's text where it changed."""
+        d = self.drafter
+        if d is None:
+            return
+        d.poll()
+        text = d.text(self._draft_index).strip()
+        if text and text != self._caption:
+            self._caption = text
+            self._say("delta", self._item, text=text)
+
+    def _final(self, window: Window, item: int) -> None:
+        """The utterance's final text: the early result where it is of this very window."""
+        early = self._early
+        if early is not None and _same(early[0], window):
+            result = replace(early[1], index=window.index)
+        else:
+            result, early = self._decode(window), None
+        bounds = {"start_s": window.start, "end_s": window.end}
+        self._say("completed", item, text=result.text, result=result, early=bool(early), **bounds)
+        self._item, self._caption, self._early, self._drafted = item + 1, "", None, None
+
+    def _decode_early(self, window: Window, item: int) -> None:
+        if self.drafter is not None and not (self._drafted and _same(self._drafted, window)):
+            self._draft(window, item, force=True)
+        self._early = (window, self._decode(window))
 
     def _decode(self, window: Window) -> WindowResult:
         """The target's result for `window`, with the drafter's latest draft of the
@@ -188,45 +319,21 @@ class LiveSession:
         result, self.asked = self.transcriber.decode_window(window, self.asked, self._request)
         return result
 
-    def _decode_early(self) -> None:
-        """In a pause: the target decodes the window that silence would cut, once."""
-        tentative = self.windower.tentative()
-        if tentative is None or (self._early is not None and _same(self._early.window, tentative)):
+    def _draft(self, window: Window, item: int, force: bool = False) -> None:
+        """Hands `window` to the drafter in place of its last one, unless that one is still
+        being drafted (a growing utterance is drafted again once it is done; `force`: the
+        pause's exact window goes at once)."""
+        d = self.drafter
+        assert d is not None
+        busy = d.holds(self._draft_index) and not d.done(self._draft_index)
+        if busy and not force:
             return
-        if self.drafter is not None and not (self._tentative and _same(self._tentative, tentative)):
-            self._submit(tentative)
-            self._tentative = tentative
-        self._early = _Early(tentative, self._decode(tentative))
-
-    def _draft_open_utterance(self, events: list[LiveEvent]) -> None:
-        """Drafts the utterance so far again once it grew enough and the drafter is free;
-        says its latest text as it grows."""
-        d = self.drafter
-        assert d is not None
-        d.poll()
-        text = d.text(self._draft_index).strip()
-        if text and text != self._caption:
-            self._caption = text
-            events.append(self._event("delta", text=text))
-        opened = self.windower.open_utterance()
-        if opened is None or self.windower.tentative() is not None:
-            return  # silence, or a pause: `_decode_early` drafts its exact window
-        grown = opened.end - self._drafted_to >= PROVISIONAL_EVERY_S
-        if grown and (not d.holds(self._draft_index) or d.done(self._draft_index)):
-            self._submit(opened)
-            self._drafted_to = opened.end
-            self._tentative = None
-
-    def _submit(self, window: Window) -> None:
-        """Hands `window` to the drafter as its next window, in place of the last one."""
-        d = self.drafter
-        assert d is not None
         index, self._next_index = self._next_index, self._next_index + 1
         if self._draft_index >= 0:
             d.release(self._draft_index)
         if d.wants(index):
             d.submit(replace(window, index=index), self.asked.language)
-        self._draft_index = index
+        self._draft_index, self._drafted, self._item = index, window, item
 
 
 def _same(a: Window, b: Window) -> bool:

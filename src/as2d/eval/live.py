@@ -1,10 +1,10 @@
 """The live path measured: recordings played to a `LiveSession` as a microphone would, with
 a second of silence after each, and per utterance the delays a user feels.
 
-Two clocks: "real" plays blocks when they would arrive (the session's work delays what
-arrives meanwhile, as on a live device); "simulated" skips the waits and charges each block's
-work to a virtual clock that never runs ahead of the audio (the same figures, without idle
-time, on a quiet machine).
+Two clocks: "real" plays blocks when they would arrive, as a microphone does; "simulated"
+skips the waits and charges each block's work to a virtual clock that never runs ahead of
+the audio: for a session whose target works in `push` (`LiveSession(background=False)`),
+faster than real time, and as if a block that arrives during the target's work waited.
 """
 
 from __future__ import annotations
