@@ -3,12 +3,15 @@ files in words, a closed pipe, output paths that cannot be written."""
 
 from __future__ import annotations
 
+import json
+import os
 import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 import soundfile as sf
 
 from audio_files import encode_with_av
@@ -101,3 +104,36 @@ def test_serve_on_a_port_in_use_is_a_usage_error_before_the_models_load():
     assert proc.stderr.splitlines() == [
         f"as2d: error: cannot listen on 127.0.0.1:{port}: Address already in use"
     ]
+
+
+REAPER = """
+import ctypes, subprocess, sys, time
+ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: orphans come to this process
+code = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE).returncode
+time.sleep(1.0)
+children = subprocess.run(["ps", "-o", "stat=,cmd=", "--ppid", str(__import__("os").getpid())],
+                          capture_output=True, text=True).stdout.splitlines()
+print(code, [c for c in children if not c.endswith("--ppid " + str(__import__("os").getpid()))])
+"""
+
+
+def test_nothing_is_left_behind_after_the_command_exits(tmp_path):
+    """A one-off as2d transcription that starts a drafter process (a fresh cache: no cost is
+    known, so it starts) leaves no process behind once it has exited, not even a defunct one
+    (multiprocessing's resource tracker was one, where the session's init did not reap it)."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("PR_SET_CHILD_SUBREAPER is Linux's")
+    long_en = DATA.parents[1] / "long_en.flac"
+    env = {**os.environ, "AS2D_CACHE": str(tmp_path / "cache")}
+    command = [sys.executable, "-m", "as2d.cli", "transcribe", str(long_en), "--no-progress"]
+    command += ["--target", "whisper-tiny.en", "--format", "json", "-o", str(tmp_path / "out")]
+    proc = subprocess.run(
+        [sys.executable, "-c", REAPER, *command],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert proc.stdout.strip() == "0 []", proc.stdout + proc.stderr
+    result = json.loads((tmp_path / "out" / "long_en.json").read_text())
+    assert result["stats"]["drafter"] is not None  # a drafter process was started

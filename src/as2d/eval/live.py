@@ -34,6 +34,7 @@ class Utterance:
         final_s: `completed` after `speech_stopped`.
         final_after_audio_s: `completed` after the end of its window arrived.
         tokens: the final text's tokens (compared across methods).
+        early: the final text was decoded in the pause, before the endpoint.
     """
 
     recording: str
@@ -45,6 +46,7 @@ class Utterance:
     final_s: float
     final_after_audio_s: float
     tokens: list[int]
+    early: bool
 
 
 def play(
@@ -101,6 +103,7 @@ def utterances(recording: str, timed: Sequence[tuple[LiveEvent, float]]) -> Iter
             completed[1] - stopped[1],
             completed[1] - completed[0].end_s,
             list(result.token_ids),
+            completed[0].early,
         )
 
 
@@ -113,7 +116,10 @@ def summary(rows: Sequence[Utterance]) -> dict[str, float | int | None]:
         ordered = sorted(values)
         return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
-    out: dict[str, float | int | None] = {"utterances": len(rows)}
+    out: dict[str, float | int | None] = {
+        "utterances": len(rows),
+        "early": sum(r.early for r in rows),
+    }
     for name in ("first_text_s", "stopped_lag_s", "final_s", "final_after_audio_s"):
         values = [v for r in rows if (v := getattr(r, name)) is not None]
         out[f"{name}_p50"] = statistics.median(values) if values else None
