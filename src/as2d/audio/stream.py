@@ -104,15 +104,22 @@ def microphone_blocks(
 ) -> Iterator[np.ndarray]:
     """Yield the input `device` (None: the default one) as 16 kHz mono float32 blocks,
     until the caller stops (Ctrl-C). Call `check_microphone` first to hear of a missing
-    microphone before anything else is loaded."""
+    microphone before anything else is loaded.
+
+    Raises:
+        MicrophoneError: while iterating: the device cannot be opened, or fails.
+    """
     sd = _sounddevice()
     settings: dict[str, Any] = {"samplerate": SAMPLE_RATE, "channels": 1, "dtype": "float32"}
     try:
         opened = sd.InputStream(device=device, **settings)
     except (sd.PortAudioError, ValueError) as err:
         raise MicrophoneError(f"cannot open input device {device}: {err}") from err
-    with opened as stream:
-        yield from read_blocks(stream, round(block_s * SAMPLE_RATE))
+    try:
+        with opened as stream:
+            yield from read_blocks(stream, round(block_s * SAMPLE_RATE))
+    except sd.PortAudioError as err:  # unplugged, say
+        raise MicrophoneError(f"input device {device}: {err}") from err
 
 
 def read_blocks(stream: InputStream, frames: int) -> Iterator[np.ndarray]:
