@@ -158,6 +158,11 @@ class Transcriber:
             self.close()
             raise
 
+    def windower(self) -> SpeechWindower:
+        """A recording's windows as `options.endpoint_ms` cuts them."""
+        endpoint_ms = self.options.endpoint_ms
+        return SpeechWindower(endpoint_s=None if endpoint_ms is None else endpoint_ms / 1000)
+
     def _wait_for_drafter(self) -> None:
         if self._drafter is not None:
             self._drafter.wait_ready(DRAFTER_LOAD_S)
@@ -288,7 +293,7 @@ class Transcriber:
             spec_options = replace(self.options, language=asked.language, task=asked.task)
             speculative.stored = stored_drafts(spec_options, audio)
             speculative.language = asked.language
-        windower = SpeechWindower()
+        windower = self.windower()
         # `windows` reads any source that `iter_audio_blocks` reads, blocks included
         for window in self.decoder.windows(windower.windows(audio)):  # type: ignore[arg-type]
             result, asked = self.decode_window(window, asked, request_tokens, timestamps)

@@ -159,6 +159,14 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
         help=f"silence after the speech the drafter's encoder reads (default {DEFAULT_TAIL_S}); "
         "full: Whisper's 30 s",
     )
+    parser.add_argument(
+        "--endpoint-ms",
+        type=int,
+        default=None,
+        metavar="MS",
+        help="a window per utterance, ended by a pause of MS ms (100-10000; as live audio is "
+        "cut); default: windows of up to 30 s holding several utterances",
+    )
     parser.add_argument("--budget", default="auto", type=budget, help="auto, or a fixed k (0-16)")
     parser.add_argument("--temperature", type=float, default=0.0, help="0: greedy (default)")
     parser.add_argument("--seed", type=int, default=None, help="sampling seed")

@@ -236,6 +236,7 @@ def model_options(args: argparse.Namespace) -> Options:
         threads=args.threads,
         drafter_threads=args.drafter_threads,
         drafter_tail_s=args.drafter_tail,
+        endpoint_ms=getattr(args, "endpoint_ms", None),
         drafts=args.drafts,
         drafts_dir=args.store,
         timestamps=timestamps(args),

@@ -57,6 +57,9 @@ class Options:
     lend_cores: bool = True  # as2d, CPU: the drafter stops for the target's encoder (see as2d.py)
     draft_gate: bool = True  # as2d, CPU: windows too short to pay for drafting are decoded alone
     drafter_fault: str | None = None  # tests and robustness benchmarks only (DrafterSpec.fault)
+    # Windows: None holds as many utterances as fit in 30 s; else each utterance is a window,
+    # ended by a pause of this many ms (as live audio is cut: `SpeechWindower`)
+    endpoint_ms: int | None = None
     # Output
     timestamps: str = "none"  # "segment": WindowResult.segments; "word": with their words
 
@@ -161,6 +164,8 @@ def check(options: Options) -> None:
     if options.drafter_tail_s is not None and not 0 <= options.drafter_tail_s <= 30:
         raise ValueError(f"the drafter's tail must be 0-30 s, got {options.drafter_tail_s}")
     check_timestamps(options.timestamps)
+    if options.endpoint_ms is not None and not 100 <= options.endpoint_ms <= 10_000:
+        raise ValueError(f"the endpoint must be 100-10000 ms, got {options.endpoint_ms}")
     if options.drafts not in ("auto", "off"):
         raise ValueError(f"drafts must be auto or off, got {options.drafts!r}")
     if options.budget is not None and not 0 <= options.budget <= options.max_k:

@@ -123,3 +123,66 @@ def test_pause_cut_prefers_the_longest_pause_near_the_limit() -> None:
 def test_window_length_is_checked() -> None:
     with pytest.raises(ValueError, match="max_window_s"):
         SpeechWindower(max_window_s=31.0)
+
+
+# ---------------------------------------------------------------- utterances (endpoints)
+
+ENDPOINT_S = 0.6
+BLOCK_S = 0.1  # a live source's blocks
+
+
+def utterances(audio: np.ndarray, block_s: float) -> list[tuple[Window, float]]:
+    """Windows cut at `ENDPOINT_S` pauses from `audio` pushed in blocks of `block_s`, each
+    with the seconds of audio pushed when it came out."""
+    windower, out = SpeechWindower(endpoint_s=ENDPOINT_S), []
+    block = samples(block_s)
+    for start in range(0, len(audio), block):
+        out += [(w, windower.received_s) for w in windower.push(audio[start : start + block])]
+    return out + [(w, windower.received_s) for w in windower.finish()]
+
+
+def test_an_endpoint_ends_each_utterance_as_soon_as_its_pause_is_heard(
+    long_en: np.ndarray,
+) -> None:
+    """long_en joins five prompts with 0.8 s of silence: each becomes its own window (or
+    windows, past 30 s), decided within the endpoint and a block of the speech's end, and no
+    window holds a pause as long as the endpoint."""
+    live = utterances(long_en, BLOCK_S)
+    windows = [w for w, _ in live]
+    check_layout(windows, long_en, MAX_WINDOW_S)
+    assert len(windows) >= 5
+    ended = 0
+    for (window, heard_s), (after, _) in pairwise(live):
+        speech_end = window.speech[-1][1]
+        if after.speech[0][0] - speech_end >= ENDPOINT_S:  # ended by a pause, not by 30 s
+            assert heard_s <= speech_end + ENDPOINT_S + BLOCK_S + 2 * FRAME_S, (window, heard_s)
+            ended += 1
+        for (_, end), (start, _) in pairwise(window.speech):
+            assert start - end < ENDPOINT_S  # the utterance's own short pauses only
+    assert ended >= 3
+    # The same recording read at once (`--endpoint-ms` on a file) cuts the same windows.
+    whole = [w for w, _ in utterances(long_en, 10.0)]
+    assert [(w.start, w.end, w.speech) for w in whole] == [
+        (w.start, w.end, w.speech) for w in windows
+    ]
+
+
+def test_the_tentative_window_of_a_pause_is_the_window_its_endpoint_cuts(
+    long_en: np.ndarray,
+) -> None:
+    """During a pause, `tentative` is the utterance as silence would end it: where no speech
+    comes before the endpoint, exactly the window then cut (its work can start early)."""
+    windower = SpeechWindower(endpoint_s=ENDPOINT_S)
+    block, seen, matched = samples(BLOCK_S), None, 0
+    for start in range(0, len(long_en), block):
+        for window in windower.push(long_en[start : start + block]):
+            if seen is not None and seen.index == window.index:
+                assert (seen.start, seen.end, seen.speech) == (
+                    window.start,
+                    window.end,
+                    window.speech,
+                )
+                np.testing.assert_array_equal(seen.audio, window.audio)
+                matched += 1
+        seen = windower.tentative()  # None again where speech resumed
+    assert matched >= 4  # every utterance of long_en but the last (its end: `finish`)

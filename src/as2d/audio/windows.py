@@ -12,6 +12,10 @@ by voice activity (see `vad.py`):
   quietest 100 ms of its second half;
 - audio without speech produces no window.
 
+With an endpoint (`endpoint_s`, live audio and `--endpoint-ms`), a window is an utterance
+instead: it ends at the first pause of at least `endpoint_s`, decided as soon as that much
+silence has been heard (or at 30 s, as above), never by waiting for speech to come.
+
 The audio is streamed: `SpeechWindower` holds at most one window plus one input block
 (≈ 40 s with the default 10 s blocks), so an hour of audio never sits in memory.
 """
@@ -42,6 +46,9 @@ class _Cut(NamedTuple):
     resume: int
 
 
+_UNDECIDED = _Cut(-1, -1)  # `_endpoint_cut`: the pause so far may still become an endpoint
+
+
 class SpeechWindower:
     """Turn a stream of 16 kHz blocks into speech windows with bounded memory.
 
@@ -49,15 +56,25 @@ class SpeechWindower:
     completed so far, in order.
     """
 
-    def __init__(self, max_window_s: float = MAX_WINDOW_S, vad: SileroVad | None = None) -> None:
+    def __init__(
+        self,
+        max_window_s: float = MAX_WINDOW_S,
+        vad: SileroVad | None = None,
+        endpoint_s: float | None = None,
+    ) -> None:
         """Set up an empty stream.
 
         Args:
             max_window_s: longest window, seconds (at most MAX_WINDOW_S).
             vad: the voice activity detector; a fresh SileroVad by default.
+            endpoint_s: a pause this long ends an utterance's window (None: windows hold as
+                many utterances as fit).
         """
         if not 0 < max_window_s <= MAX_WINDOW_S:
             raise ValueError(f"max_window_s must be in (0, {MAX_WINDOW_S}], got {max_window_s}")
+        if endpoint_s is not None and endpoint_s <= 0:
+            raise ValueError(f"endpoint_s must be positive, got {endpoint_s}")
+        self._endpoint = None if endpoint_s is None else round(endpoint_s * SAMPLE_RATE)
         self._max_len = round(max_window_s * SAMPLE_RATE)
         self._pad = min(round(EDGE_PAD_S * SAMPLE_RATE), self._max_len // 4)
         self._vad = vad or SileroVad()
@@ -137,16 +154,68 @@ class SpeechWindower:
         self._offset = keep
         return windows
 
+    @property
+    def in_speech(self) -> bool:
+        """Whether speech not yet in a window has been heard (the utterance open now)."""
+        return bool(self._pending())
+
+    def open_utterance(self) -> Window | None:
+        """The speech not yet in a window, from its start to the audio heard so far (at most
+        a window long), for drafting while it grows; None in silence. Nothing changes."""
+        pending = self._pending()
+        if not pending:
+            return None
+        start = max(self._floor, pending[0][0] - self._pad)
+        end = min(self._end, start + self._max_len)
+        speech = tuple(
+            (max(s, start) / SAMPLE_RATE, min(e, end) / SAMPLE_RATE)
+            for s, e in pending
+            if s < end and e > start
+        )
+        return Window(
+            self._index,
+            start / SAMPLE_RATE,
+            end / SAMPLE_RATE,
+            self._slice(start, end).copy(),
+            speech,
+        )
+
+    def tentative(self) -> Window | None:
+        """The window that silence from now on would cut next (`endpoint_s` only): during a
+        pause in speech, the utterance as it is if it ended there; None while speech runs,
+        or before the pause holds the window's end padding. Nothing changes."""
+        if self._endpoint is None or self._tracker.start is not None:
+            return None
+        decided = self._decide(final=True)
+        if decided is None or decided[1].end >= self._end:  # its padding not all heard yet
+            return None
+        return decided[0]
+
     def _next_window(self, final: bool) -> Window | None:
         """The next window, or None when there is no speech or not enough audio yet."""
+        decided = self._decide(final)
+        if decided is None:
+            return None
+        window, cut = decided
+        self._index += 1
+        self._floor = cut.resume
+        self._speech = [(s, e) for s, e in self._speech if e > cut.resume]
+        return window
+
+    def _decide(self, final: bool) -> tuple[Window, _Cut] | None:
+        """The next window and its cut, if they can be decided now."""
         pending = self._pending()
         if not pending:
             return None
         start = max(self._floor, pending[0][0] - self._pad)
         limit = start + self._max_len
-        if not final and self._scored < limit + MIN_SILENCE + FRAME:
+        cut = self._endpoint_cut(pending, limit, final) if self._endpoint is not None else None
+        if cut is _UNDECIDED:
+            return None
+        if cut is None and not final and self._scored < limit + MIN_SILENCE + FRAME:
             return None  # a pause before `limit` might still be undecided
-        cut = _pause_cut(pending, limit, self._pad, self._max_len, self._end)
+        if cut is None:
+            cut = _pause_cut(pending, limit, self._pad, self._max_len, self._end)
         if cut is None:
             cut = _quiet_cut(self._slice(start, limit), start, self._max_len)
         speech = tuple(
@@ -161,10 +230,25 @@ class SpeechWindower:
             self._slice(start, cut.end).copy(),
             speech,
         )
-        self._index += 1
-        self._floor = cut.resume
-        self._speech = [(s, e) for s, e in self._speech if e > cut.resume]
-        return window
+        return window, cut
+
+    def _endpoint_cut(self, pending: list[tuple[int, int]], limit: int, final: bool) -> _Cut | None:
+        """Where the utterance that starts `pending` ends: after its first pause of at least
+        `endpoint_s`, once heard (`_UNDECIDED` until then); None where speech runs to
+        `limit` without such a pause (the window is cut as any other)."""
+        assert self._endpoint is not None
+        for (_, end), (next_start, _) in pairwise([*pending, (_NEVER, _NEVER)]):
+            if end >= limit:
+                return None
+            heard = next_start if next_start < _NEVER else self._scored
+            if heard - end < self._endpoint and not (final and next_start == _NEVER):
+                if next_start < _NEVER:
+                    continue  # a short pause inside the utterance
+                return _UNDECIDED  # silence so far, not yet long enough
+            middle = (end + next_start) // 2 if next_start < _NEVER else 0
+            cut_end = min(end + self._pad, limit, self._end)
+            return _Cut(cut_end, max(middle, cut_end))
+        return None
 
 
 def _pause_cut(
@@ -226,13 +310,16 @@ def _quiet_cut(audio: np.ndarray, start: int, max_len: int) -> _Cut:
 
 
 def iter_windows(
-    source: str | Path | np.ndarray, max_window_s: float = MAX_WINDOW_S
+    source: str | Path | np.ndarray,
+    max_window_s: float = MAX_WINDOW_S,
+    endpoint_s: float | None = None,
 ) -> Iterator[Window]:
     """Yield the speech windows of a recording, streaming it block by block.
 
     Args:
         source: path of an audio file, or a 1-D array of 16 kHz mono samples.
         max_window_s: longest window, seconds (at most MAX_WINDOW_S).
+        endpoint_s: a pause this long ends an utterance's window (`SpeechWindower`).
 
     Returns:
         An iterator of windows in order; none for audio without speech.
@@ -240,4 +327,4 @@ def iter_windows(
     Raises:
         AudioError: the source cannot be read as audio.
     """
-    return SpeechWindower(max_window_s).windows(source)
+    return SpeechWindower(max_window_s, endpoint_s=endpoint_s).windows(source)
