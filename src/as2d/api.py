@@ -17,7 +17,7 @@ Audio LLM targets also answer requests, window by window (task "ask"):
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, cast
@@ -53,7 +53,7 @@ from as2d.types import SAMPLE_RATE, RunStats, Segment, Window, WindowResult
 from as2d.writers import FileResult
 
 DRAFTER_LOAD_S = 120.0  # the most a Transcriber waits for its drafter's model to load
-AudioInput = str | Path | np.ndarray
+AudioInput = str | Path | np.ndarray | Iterable[np.ndarray]  # see `load.iter_audio_blocks`
 FILE_ERRORS = (AudioError, OSError, ValueError)  # fail one file of a batch; the rest go on
 
 
@@ -215,7 +215,10 @@ class Transcriber:
         previous: str | None = None,
         timestamps: str | None = None,
     ) -> Transcription:
-        """Decode every speech window of `audio` (a path or 16 kHz mono float32 samples).
+        """Decode every speech window of `audio`: a path, 16 kHz mono float32 samples, or an
+        iterable of such blocks (a live source, `audio/stream.py`), consumed as they come:
+        each window is yielded once its audio has arrived, and only one window's audio is
+        held, however long the stream.
 
         `language`: this recording's, where `options.language` is None (else detected).
         `task` ("transcribe", "translate", "ask") and `request` (for "ask"): this recording's,
@@ -245,10 +248,12 @@ class Transcriber:
         file: str,
         previous: str | None = None,
         on_window: Callable[[WindowResult], object] | None = None,
+        audio: AudioInput | None = None,
     ) -> FileResult:
         """One file decoded whole, as the command line writes it (`writers.render`);
-        `on_window` is called as each window finishes (progress)."""
-        run = self.transcribe(file, previous=previous)
+        `on_window` is called as each window finishes (progress). `audio`: what is decoded,
+        where it is not `file` itself (standard input's blocks), which then only names it."""
+        run = self.transcribe(file if audio is None else audio, previous=previous)
         for window in run:
             if on_window is not None:
                 on_window(window)
@@ -289,7 +294,8 @@ class Transcriber:
             speculative.stored = stored_drafts(spec_options, audio)
             speculative.language = asked.language
         windower = self.windower()
-        for window in self.decoder.windows(windower.windows(audio)):
+        # `windows` reads any source that `iter_audio_blocks` reads, blocks included
+        for window in self.decoder.windows(windower.windows(audio)):  # type: ignore[arg-type]
             result, asked = self.decode_window(window, asked, request_tokens, timestamps)
             tokens += len(result.token_ids)
             yield result

@@ -41,13 +41,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="as2d", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("transcribe", help="transcribe (or translate) audio files")
-    run.add_argument("files", nargs="+", metavar="FILE", help="wav/flac/ogg/mp3/m4a files")
+    run.add_argument(
+        "files", nargs="+", metavar="FILE", help="wav/flac/ogg/mp3/m4a files; -: standard input"
+    )
     run.add_argument("--task", default="transcribe", choices=("transcribe", "translate"))
     add_run_options(run)
     ask = commands.add_parser("ask", help="answer a request about a recording (audio LLMs)")
     ask.add_argument("file", metavar="FILE", help="wav/flac/ogg/mp3/m4a file")
     ask.add_argument("request", help='e.g. "Summarise the recording."')
     add_run_options(ask)
+    add_listen_parser(commands)
     compare = commands.add_parser("compare", help="target-only vs as2d (or --method) on one file")
     compare.add_argument("file", metavar="FILE")
     compare.add_argument("--target", default="whisper-base")
@@ -70,8 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def add_run_options(parser: argparse.ArgumentParser) -> None:
-    """Options shared by `transcribe` and `ask`: models, method, decoding, output."""
+    """Options shared by `transcribe` and `ask`: models, method, decoding, input, output."""
     add_model_options(parser)
+    add_stdin_options(parser)
     parser.add_argument("--prompt", default=None, help="text said before (Whisper targets)")
     parser.add_argument("--format", default="txt", choices=FORMATS)
     parser.add_argument(
@@ -98,6 +102,36 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_stdin_options(parser: argparse.ArgumentParser) -> None:
+    """How `-` (standard input, read as it arrives) is read: a container, or raw PCM."""
+    parser.add_argument(
+        "--input-format",
+        default="auto",
+        choices=("auto", "s16le"),
+        help="of -: auto (wav, flac, ogg, mp3...), or s16le: raw 16-bit little-endian PCM",
+    )
+    parser.add_argument("--rate", type=int, default=16_000, help="s16le's sample rate (Hz)")
+    parser.add_argument("--channels", type=int, default=1, help="s16le's channels")
+
+
+def add_listen_parser(commands: argparse._SubParsersAction) -> None:
+    listen = commands.add_parser("listen", help="transcribe the microphone until Ctrl-C")
+    listen.add_argument(
+        "--input-device",
+        type=input_device,
+        default=None,
+        metavar="NAME|INDEX",
+        help="the microphone (default: the system's); --device is the target's",
+    )
+    listen.add_argument("--task", default="transcribe", choices=("transcribe", "translate"))
+    add_model_options(listen)
+
+
+def input_device(value: str) -> str | int:
+    """A sound device's index (a number) or a part of its name, as sounddevice takes it."""
+    return int(value) if value.isdigit() else value
+
+
 def add_serve_parser(commands: argparse._SubParsersAction) -> None:
     serve = commands.add_parser("serve", help="serve OpenAI's audio API over HTTP")
     serve.add_argument("--host", default="127.0.0.1")
@@ -108,7 +142,7 @@ def add_serve_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def add_model_options(parser: argparse.ArgumentParser) -> None:
-    """The models, the method and how they decode (`transcribe`, `ask`, `serve`)."""
+    """The models, the method and how they decode (`transcribe`, `ask`, `listen`, `serve`)."""
     parser.add_argument("--target", default="whisper-base", help="bundled name, directory or HF id")
     parser.add_argument("--method", default="as2d", choices=METHODS, help="default: as2d")
     parser.add_argument(
@@ -285,6 +319,8 @@ def run_command(argv: Sequence[str] | None) -> int:
         return commands.serve(args)
     if args.command == "draft":
         return commands.draft_files(args)
+    if args.command == "listen":
+        return commands.listen(args)
     if args.command == "ask":
         args.files, args.task = [args.file], "ask"
     return commands.transcribe_files(args)

@@ -1,5 +1,6 @@
-"""The bodies of the `as2d` commands that decode files: transcribe, ask, draft, serve, models
-(`cli.py` parses the command line and calls one; `eval/commands.py` has the evaluation ones).
+"""The bodies of the `as2d` commands that decode audio: transcribe, ask, listen, draft, serve,
+models (`cli.py` parses the command line and calls one; `eval/commands.py` has the evaluation
+ones). `-` in place of a file is standard input, read as it arrives (`audio/stream.py`).
 
 Each takes the parsed arguments and returns an exit code (see `cli.py`); a problem with
 the command line itself is raised as `UsageError`.
@@ -27,10 +28,13 @@ from as2d.options import (
 )
 from as2d.runtime.drafter import start_drafter
 from as2d.runtime.drafts import drafter_needed
-from as2d.writers import FileResult, output_path, render, write_atomic
+from as2d.writers import STDIN, FileResult, output_path, render, write_atomic
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from as2d.api import Transcriber
+    from as2d.types import WindowResult
 
 EXIT_OK, EXIT_SOME_FAILED, EXIT_USAGE = 0, 1, 2
 EXIT_INTERRUPTED = 128 + 2  # Ctrl-C: 128 + SIGINT, as a shell reports a process it ended
@@ -79,6 +83,7 @@ def list_models() -> int:
 
 def transcribe_files(args: argparse.Namespace) -> int:
     args.files = expand_inputs(args.files)
+    check_stdin(args)
     out_dir = prepare_output_dir(args.output_dir, args.skip_existing)
     check_timeline(args.timeline)
     if out_dir is not None:
@@ -92,6 +97,8 @@ def transcribe_files(args: argparse.Namespace) -> int:
     if not todo:
         return EXIT_OK
     if args.ray is not None:
+        if STDIN in todo:
+            raise UsageError("--ray reads files: it cannot take standard input (-)")
         failed = transcribe_on_cluster(options, todo, out_dir, args)
     else:
         with open_transcriber(options, todo) as transcriber:
@@ -118,6 +125,55 @@ def expand_inputs(inputs: Sequence[str]) -> list[str]:
     except DatasetError as err:
         raise UsageError(str(err)) from err
     return files
+
+
+def check_stdin(args: argparse.Namespace) -> None:
+    """`-` at most once, from a pipe or a file (not a terminal), with a rate and channels
+    that raw PCM can have."""
+    if args.files.count(STDIN) > 1:
+        raise UsageError("standard input (-) can be read only once")
+    if args.rate < 1 or args.channels < 1:
+        raise UsageError("--rate and --channels must be at least 1")
+    if STDIN in args.files and sys.stdin.isatty():
+        raise UsageError("- reads audio from standard input, a terminal here: pipe audio into it")
+
+
+def stdin_blocks(args: argparse.Namespace) -> Iterator[np.ndarray]:
+    """Standard input's audio as 16 kHz blocks, as it arrives: raw PCM (`--input-format
+    s16le`, `--rate`, `--channels`), else a container FFmpeg reads from a pipe."""
+    from as2d.audio.stream import container_blocks, pcm_blocks
+
+    if args.input_format == "s16le":
+        return pcm_blocks(sys.stdin.buffer, args.rate, args.channels)
+    return container_blocks(sys.stdin.buffer)
+
+
+def print_window(window: WindowResult) -> None:
+    """A live source's window, printed the moment it is decoded: one line of text."""
+    if window.text:
+        sys.stdout.write(window.text + "\n")
+        sys.stdout.flush()
+
+
+def listen(args: argparse.Namespace) -> int:
+    """`as2d listen`: the microphone, transcribed window by window until Ctrl-C (`cli.main`
+    answers that with 130). No microphone is a usage error, found before any model loads."""
+    from as2d.audio.stream import MicrophoneError, check_microphone, microphone_blocks
+
+    options = model_options(args)
+    try:
+        name = check_microphone(args.input_device)
+    except MicrophoneError as err:
+        raise UsageError(str(err)) from err
+    # a live source is as long as it goes on: [STDIN] stands for one in the drafter's choice
+    with open_transcriber(options, [STDIN]) as transcriber:
+        print(f"listening to {name} (Ctrl-C to stop)", file=sys.stderr)
+        try:
+            for window in transcriber.transcribe(microphone_blocks(args.input_device)):
+                print_window(window)
+        except MicrophoneError as err:
+            raise UsageError(str(err)) from err
+    return EXIT_OK
 
 
 def transcribe_on_cluster(
@@ -286,10 +342,13 @@ def open_transcriber(options: Options, files: Sequence[str]) -> Transcriber:
 
 def _durations(files: Sequence[str]) -> Iterator[float]:
     """Each file's length in seconds from its header; 0 for one that cannot be read (it is
-    reported when its turn comes)."""
+    reported when its turn comes); standard input's is not known, and may be endless."""
     from as2d.audio.load import AudioError, audio_duration
 
     for file in files:
+        if file == STDIN:
+            yield float("inf")
+            continue
         try:
             yield audio_duration(file)
         except AudioError:
@@ -343,10 +402,13 @@ def transcribe_one(
 
     if out_dir is None and stdout_gone():
         raise BrokenPipeError("stdout's reader has gone")
+    live_text = file == STDIN and out_dir is None and args.format == "txt"
     try:
-        result = run_with_progress(transcriber, file, args.no_progress, args.prompt)
+        result = run_with_progress(transcriber, file, args, live_text)
         content = render(result, args.format)
-        if out_dir is None:
+        if live_text:
+            pass  # printed window by window
+        elif out_dir is None:
             sys.stdout.write(content)
             sys.stdout.flush()
         else:
@@ -362,7 +424,7 @@ def transcribe_one(
         draw_timeline(transcriber, result, args.timeline, several=len(args.files) > 1)
     s = result.stats
     print(
-        f"{file}: {s.audio_s:.1f} s of audio in {s.wall_s:.2f} s "
+        f"{'stdin' if file == STDIN else file}: {s.audio_s:.1f} s of audio in {s.wall_s:.2f} s "
         f"(RTF {s.rtf:.3f}, {s.tokens_per_s:.1f} tokens/s, {s.tokens} tokens)",
         file=sys.stderr,
     )
@@ -385,14 +447,24 @@ def draw_timeline(
 
 
 def run_with_progress(
-    transcriber: Transcriber, file: str, quiet: bool, previous: str | None = None
+    transcriber: Transcriber, file: str, args: argparse.Namespace, live_text: bool = False
 ) -> FileResult:
+    """Decodes `file` (`-`: standard input, as it arrives) with a bar of its seconds on
+    stderr; `live_text`: each window's text printed as it is decoded, in place of the bar."""
     from tqdm import tqdm
 
     from as2d.audio.load import audio_duration
 
-    total = audio_duration(file)
-    with tqdm(total=round(total, 1), unit="s", desc=Path(file).name, disable=quiet or None) as bar:
-        return transcriber.transcribe_file(
-            file, previous, lambda window: bar.update(round(window.end - bar.n, 1))
-        )
+    live = file == STDIN
+    total = None if live else round(audio_duration(file), 1)
+    name = "stdin" if live else Path(file).name
+    quiet = args.no_progress or live_text
+    with tqdm(total=total, unit="s", desc=name, disable=quiet or None) as bar:
+
+        def finished(window: WindowResult) -> None:
+            bar.update(round(window.end - bar.n, 1))
+            if live_text:
+                print_window(window)
+
+        audio = stdin_blocks(args) if live else None
+        return transcriber.transcribe_file(file, args.prompt, finished, audio)

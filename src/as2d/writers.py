@@ -14,6 +14,7 @@ from pathlib import Path
 from as2d.types import RunStats, Segment, WindowResult
 
 FORMATS = ("txt", "json", "srt", "vtt")
+STDIN = "-"  # the command line's name for audio on standard input; written as `stdin.<ext>`
 
 
 @dataclasses.dataclass
@@ -106,8 +107,9 @@ def render(result: FileResult, fmt: str) -> str:
 
 
 def output_path(input_path: str, out_dir: Path, fmt: str) -> Path:
-    """`talk.flac` -> `OUT_DIR/talk.txt`."""
-    return out_dir / f"{Path(input_path).stem}.{fmt}"
+    """`talk.flac` -> `OUT_DIR/talk.txt`; `-` (standard input) -> `OUT_DIR/stdin.txt`."""
+    stem = "stdin" if input_path == STDIN else Path(input_path).stem
+    return out_dir / f"{stem}.{fmt}"
 
 
 @contextmanager

@@ -1,10 +1,12 @@
-"""Read any audio file (or array) as 16 kHz mono float32, in blocks of bounded size.
+"""Read any audio file (or array, or stream of blocks) as 16 kHz mono float32, in blocks of
+bounded size.
 
 Every model in as2d consumes 16 kHz mono float32 (`SAMPLE_RATE`). libsndfile (through
 soundfile) reads wav/flac/ogg/mp3 and most uncompressed formats; PyAV (FFmpeg) decodes
 what libsndfile cannot (m4a/aac, opus in mp4/webm, ...). Channels are averaged and soxr
 resamples as a stream, so an hour-long file is never held in memory as float32: callers
-that can work block by block use `iter_audio_blocks`; `load_audio` is for short files.
+that can work block by block use `iter_audio_blocks`; `load_audio` is for short files. Live
+sources (standard input, the microphone) are iterables of blocks made in `stream.py`.
 
 Any failure to read (missing file, a directory, an empty file, not audio, truncated or
 damaged data) raises `AudioError` with a one-line message that says so in words (no errno);
@@ -22,6 +24,7 @@ import sys
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
 import av
 import numpy as np
@@ -30,9 +33,11 @@ import soxr
 
 from as2d.types import SAMPLE_RATE
 
-AudioSource = str | Path | np.ndarray  # a file, or samples already at 16 kHz mono
+# a file, samples already at 16 kHz mono, or such samples in blocks as they come (live input)
+AudioSource = str | Path | np.ndarray | Iterable[np.ndarray]
 DEFAULT_BLOCK_S = 10.0  # 160_000 samples = 640 KB of float32 per block
-_EXACT_DURATION_FORMATS = ("mov", "mp4", "m4a", "matroska", "webm")  # indexed containers
+# containers whose stated duration is exact: indexed ones, and FLAC (STREAMINFO's sample count)
+_EXACT_DURATION_FORMATS = ("mov", "mp4", "m4a", "matroska", "webm", "flac")
 _TRUNCATION_SLACK_S = 0.5  # decoded audio may fall this short of an indexed duration
 
 
@@ -48,8 +53,10 @@ def iter_audio_blocks(
     Only one block (plus decoder and resampler state) is in memory at a time.
 
     Args:
-        source: path of an audio file, or a 1-D array of 16 kHz mono samples.
-        block_s: about how many seconds each block holds (the last one may be shorter).
+        source: path of an audio file, a 1-D array of 16 kHz mono samples, or an iterable
+            of such arrays (consumed one at a time, as they come; passed on as they are).
+        block_s: about how many seconds each block holds (the last one may be shorter);
+            an iterable's blocks keep their own sizes.
 
     Returns:
         An iterator of [samples] float32 arrays; none for zero-length audio.
@@ -62,10 +69,12 @@ def iter_audio_blocks(
         raise ValueError(f"block_s must be positive, got {block_s}")
     if isinstance(source, np.ndarray):
         return _array_blocks(_as_mono_16k(source), round(block_s * SAMPLE_RATE))
-    return _file_blocks(_checked_path(source), block_s)
+    if isinstance(source, (str, Path)):
+        return _file_blocks(_checked_path(source), block_s)
+    return (_as_mono_16k(block) for block in source)
 
 
-def load_audio(source: AudioSource, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
+def load_audio(source: str | Path | np.ndarray, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
     """Return a whole (short) recording as one 16 kHz mono float32 array.
 
     Args:
@@ -87,11 +96,12 @@ def load_audio(source: AudioSource, sample_rate: int = SAMPLE_RATE) -> np.ndarra
     return np.concatenate(blocks) if blocks else np.zeros(0, dtype=np.float32)
 
 
-def audio_duration(source: AudioSource) -> float:
+def audio_duration(source: str | Path | np.ndarray) -> float:
     """Return the duration in seconds, from the file's headers when it has them.
 
     Args:
-        source: path of an audio file, or a 1-D array of 16 kHz mono samples.
+        source: path of an audio file, or a 1-D array of 16 kHz mono samples (a stream of
+            blocks has no duration until it ends: see `iter_audio_blocks`).
 
     Returns:
         Duration in seconds (decodes the file only when no header states it).
@@ -111,7 +121,7 @@ def audio_duration(source: AudioSource) -> float:
         if info.format != "MP3" or _mp3_states_length(path):
             return info.frames / info.samplerate
         return sum(len(block) for block in iter_audio_blocks(path)) / SAMPLE_RATE
-    with _open_av(path) as container:
+    with open_av(path, path) as container:
         stream = container.streams.audio[0]
         if stream.duration is not None and stream.time_base is not None:
             return float(stream.duration * stream.time_base)
@@ -175,12 +185,12 @@ def _file_blocks(path: Path, block_s: float) -> Iterator[np.ndarray]:
         with _quiet_stderr():
             sound_file = sf.SoundFile(str(path))
     except sf.LibsndfileError:
-        container = _open_av(path)
+        container = open_av(path, path)
         rate = container.streams.audio[0].sample_rate
-        chunks = _decode_av(container, path)
+        chunks = decode_av(container, path)
     else:
         rate, chunks = sound_file.samplerate, _sndfile_chunks(sound_file, block_s)
-    yield from _resampled(chunks, rate, round(block_s * rate))
+    yield from resampled(chunks, rate, round(block_s * rate))
 
 
 def _sndfile_chunks(sound_file: sf.SoundFile, block_s: float) -> Iterator[np.ndarray]:
@@ -248,25 +258,26 @@ def _mp3_states_length(path: Path) -> bool:
     return any(tag in first_frame for tag in (b"Xing", b"Info", b"VBRI"))
 
 
-def _open_av(path: Path) -> av.container.InputContainer:
-    """Open a file with PyAV and check it has an audio stream, or raise AudioError."""
+def open_av(source: Path | BinaryIO, name: str | Path) -> av.container.InputContainer:
+    """Open a file (or a stream `name`d in messages: a pipe, in a format FFmpeg can read
+    from one) with PyAV and check it has an audio stream, or raise AudioError."""
     try:
-        container = av.open(str(path))
+        container = av.open(str(source) if isinstance(source, Path) else source, mode="r")
     except (av.error.InvalidDataError, UnicodeDecodeError) as error:
         raise AudioError(
-            f"{path}: not an audio file that as2d can decode (an unknown format, or damaged)"
+            f"{name}: not an audio file that as2d can decode (an unknown format, or damaged)"
         ) from error
     except av.error.EOFError as error:
-        raise AudioError(f"{path}: truncated (the file ends before its audio)") from error
+        raise AudioError(f"{name}: truncated (the file ends before its audio)") from error
     except av.FFmpegError as error:  # reading failed: permission denied, I/O error, ...
-        raise AudioError(f"{path}: cannot be read ({error.strerror})") from error
+        raise AudioError(f"{name}: cannot be read ({error.strerror})") from error
     if not container.streams.audio or not container.streams.audio[0].sample_rate:
         container.close()
-        raise AudioError(f"{path}: no audio stream in this file")
+        raise AudioError(f"{name}: no audio stream in this file")
     return container
 
 
-def _decode_av(container: av.container.InputContainer, path: Path) -> Iterator[np.ndarray]:
+def decode_av(container: av.container.InputContainer, path: str | Path) -> Iterator[np.ndarray]:
     """Yield mono float32 chunks of the first audio stream; check nothing is missing."""
     with container:
         stream = container.streams.audio[0]
@@ -295,7 +306,7 @@ def _float_frames(
     yield from to_float.resample(None)  # flush what the converter still holds
 
 
-def _resampled(chunks: Iterable[np.ndarray], rate: int, block_len: int) -> Iterator[np.ndarray]:
+def resampled(chunks: Iterable[np.ndarray], rate: int, block_len: int) -> Iterator[np.ndarray]:
     """Gather mono chunks at `rate` into blocks of ~`block_len` and resample them to 16 kHz."""
     stream = (
         None if rate == SAMPLE_RATE else soxr.ResampleStream(rate, SAMPLE_RATE, 1, dtype="float32")
