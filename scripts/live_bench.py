@@ -26,6 +26,7 @@ from as2d.live import DEFAULT_ENDPOINT_MS, LiveSession
 from as2d.types import SAMPLE_RATE
 
 METHODS = ("target", "as2d")
+LATE = "-late"  # a method name's suffix: the target waits for each endpoint (`early` off)
 
 
 def main() -> int:
@@ -37,7 +38,9 @@ def main() -> int:
     parser.add_argument("--clock", choices=CLOCKS, default="real")
     parser.add_argument("--endpoint-ms", type=int, default=DEFAULT_ENDPOINT_MS)
     parser.add_argument("--target", default="whisper-base")
-    parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument(
+        "--methods", default=",".join(METHODS), help=f"of {METHODS}, each also with {LATE}"
+    )
     parser.add_argument(
         "--join", action="store_true", help="one stream: the recordings joined, 1 s apart"
     )
@@ -49,7 +52,7 @@ def main() -> int:
     options = {"target": args.target, "endpoint_ms": args.endpoint_ms}
     methods = args.methods.split(",")
     found: dict[str, list] = {m: [] for m in methods}
-    transcribers = {m: Transcriber(method=m, **options) for m in methods}
+    transcribers = {m: Transcriber(method=m.removesuffix(LATE), **options) for m in methods}
     streams = [(r["audio"], r.get("language"), [r["audio"]]) for r in rows]
     if args.join:
         streams = [("joined", rows[0].get("language"), [r["audio"] for r in rows])]
@@ -61,7 +64,10 @@ def main() -> int:
         for n, (name, language, files) in enumerate(streams, 1):
             audio = joined([load_audio(args.manifest.parent / f) for f in files])
             for method, t in transcribers.items():
-                session = LiveSession(t, args.endpoint_ms, language=language, background=background)
+                early = False if method.endswith(LATE) else None
+                session = LiveSession(
+                    t, args.endpoint_ms, early, language=language, background=background
+                )
                 found[method] += utterances(name, play(session, audio, args.clock))
             print(f"[{n}/{len(streams)}] {name}", file=sys.stderr)
     finally:

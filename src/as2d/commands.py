@@ -11,12 +11,13 @@ from __future__ import annotations
 import argparse
 import os
 import select
+import shutil
 import socket
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 # Only what every command needs is imported here (no torch, no transformers): each one
 # imports the library modules it uses when it runs.
@@ -156,11 +157,15 @@ def print_window(window: WindowResult) -> None:
 
 
 def listen(args: argparse.Namespace) -> int:
-    """`as2d listen`: the microphone, transcribed window by window until Ctrl-C (`cli.main`
-    answers that with 130). No microphone is a usage error, found before any model loads."""
+    """`as2d listen`: the microphone, transcribed utterance by utterance until Ctrl-C
+    (`cli.main` answers that with 130): each final text on a line of stdout, the drafter's
+    provisional text meanwhile on a terminal's stderr (`LiveSession`). No microphone is a
+    usage error, found before any model loads."""
     from as2d.audio.stream import MicrophoneError, check_microphone, microphone_blocks
+    from as2d.live import DEFAULT_ENDPOINT_MS, LiveSession
 
     options = model_options(args)
+    endpoint_ms = options.endpoint_ms or DEFAULT_ENDPOINT_MS
     try:
         name = check_microphone(args.input_device)
     except MicrophoneError as err:
@@ -168,12 +173,34 @@ def listen(args: argparse.Namespace) -> int:
     # a live source is as long as it goes on: [STDIN] stands for one in the drafter's choice
     with open_transcriber(options, [STDIN]) as transcriber:
         print(f"listening to {name} (Ctrl-C to stop)", file=sys.stderr)
+        session = LiveSession(transcriber, endpoint_ms)
+        caption = Caption(sys.stderr)
         try:
-            for window in transcriber.transcribe(microphone_blocks(args.input_device)):
-                print_window(window)
+            for event in session.run(microphone_blocks(args.input_device)):
+                if event.kind == "delta":
+                    caption.show(event.text)
+                elif event.kind == "completed" and event.result is not None:
+                    caption.show("")
+                    print_window(event.result)
         except MicrophoneError as err:
             raise UsageError(str(err)) from err
     return EXIT_OK
+
+
+class Caption:
+    """The provisional text of the utterance being spoken, on one line of a terminal that it
+    rewrites (nothing where `stream` is not a terminal)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.on = stream.isatty()
+
+    def show(self, text: str) -> None:
+        if self.on:
+            width = shutil.get_terminal_size().columns - 3
+            tail = text[-width:] if text else ""
+            self.stream.write("\r\033[K" + (f"… {tail}" if tail else ""))
+            self.stream.flush()
 
 
 def transcribe_on_cluster(
