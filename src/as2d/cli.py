@@ -138,6 +138,10 @@ def add_serve_parser(commands: argparse._SubParsersAction) -> None:
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--max-upload-mb", type=float, default=200.0)
     serve.add_argument("--queue", type=int, default=16, help="requests waiting, then 503")
+    serve.add_argument(
+        "--realtime-sessions", type=int, default=4,
+        help="live WebSocket sessions at once (/v1/realtime), then refused",
+    )  # fmt: skip
     add_model_options(serve)
 
 

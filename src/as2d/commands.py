@@ -315,8 +315,10 @@ def draft_files(args: argparse.Namespace) -> int:
 def serve(args: argparse.Namespace) -> int:
     """Serves until SIGINT/SIGTERM (see `server.py`)."""
     options = model_options(args)
-    if args.queue < 1 or args.max_upload_mb <= 0:
-        raise UsageError("--queue must be at least 1 and --max-upload-mb above 0")
+    if args.queue < 1 or args.max_upload_mb <= 0 or args.realtime_sessions < 0:
+        raise UsageError(
+            "--queue must be at least 1, --max-upload-mb above 0, --realtime-sessions 0 or more"
+        )
     try:
         check(options)
     except ValueError as err:
@@ -325,7 +327,9 @@ def serve(args: argparse.Namespace) -> int:
     from as2d.server import serve as run_server
 
     quiet_transformers()
-    run_server(options, args.host, args.port, args.max_upload_mb, args.queue)
+    run_server(
+        options, args.host, args.port, args.max_upload_mb, args.queue, args.realtime_sessions
+    )
     return EXIT_OK
 
 

@@ -10,7 +10,8 @@ drafting for is unchanged: the target carries on alone).
 Endpoints: `POST /v1/audio/transcriptions` and `/v1/audio/translations` (OpenAI's multipart
 form; `stream=true` sends server-sent events as windows finish), `POST /v1/chat/completions`
 (audio LLM targets only: one `input_audio` part and the request as text), `GET /v1/models`,
-`/health`, `/metrics` (Prometheus text).
+`/health`, `/metrics` (Prometheus text); `/v1/realtime?intent=transcription`, OpenAI's
+Realtime transcription over a WebSocket (`realtime.py`).
 Errors are OpenAI's JSON: `{"error": {"message", "type", "param", "code"}}`.
 """
 
@@ -44,6 +45,7 @@ from as2d.models.targets import check_language, target_languages
 from as2d.options import Options, drafter_spec, has_transcript_to_time
 from as2d.runtime.drafts import draft_store
 from as2d.server.decoding import ApiError, Engine, Job, Metrics
+from as2d.server.realtime import RealtimeApi
 from as2d.server.recordings import Recording, Recordings
 from as2d.types import RunStats, WindowResult
 from as2d.writers import FileResult, to_srt, to_vtt
@@ -466,7 +468,9 @@ def _event(obj: dict[str, Any]) -> str:
     return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
 
 
-def create_app(options: Options, max_upload_mb: float = 200, queue_size: int = 16) -> Starlette:
+def create_app(
+    options: Options, max_upload_mb: float = 200, queue_size: int = 16, realtime_sessions: int = 4
+) -> Starlette:
     """The ASGI app; its models load when it starts (lifespan) and close when it stops."""
     metrics = Metrics()
     store = draft_store(Path(options.drafts_dir) if options.drafts_dir else None)
@@ -484,7 +488,8 @@ def create_app(options: Options, max_upload_mb: float = 200, queue_size: int = 1
             await asyncio.to_thread(engine.stop)
             shutil.rmtree(upload_dir, ignore_errors=True)
 
-    return Starlette(routes=api.routes(), lifespan=lifespan)
+    live = RealtimeApi(engine, realtime_sessions)
+    return Starlette(routes=[*api.routes(), live.route()], lifespan=lifespan)
 
 
 class _Server(uvicorn.Server):
@@ -504,7 +509,14 @@ class _Server(uvicorn.Server):
             print(line, file=sys.stderr, flush=True)
 
 
-def serve(options: Options, host: str, port: int, max_upload_mb: float, queue_size: int) -> None:
+def serve(
+    options: Options,
+    host: str,
+    port: int,
+    max_upload_mb: float,
+    queue_size: int,
+    realtime_sessions: int = 4,
+) -> None:
     """Runs the server until SIGINT/SIGTERM: uvicorn stops taking requests, answers those in
     flight, and the lifespan closes the models.
 
@@ -515,7 +527,7 @@ def serve(options: Options, host: str, port: int, max_upload_mb: float, queue_si
     # stderr (through logging's last resort). Its errors (a temporary file that cannot be
     # made) are still shown.
     logging.getLogger("python_multipart").setLevel(logging.ERROR)
-    app = create_app(options, max_upload_mb, queue_size)
+    app = create_app(options, max_upload_mb, queue_size, realtime_sessions)
     config = uvicorn.Config(
         app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=300
     )

@@ -2,6 +2,9 @@
 requests in arrival order (`Engine`), drafting recordings sent ahead while none waits; a
 request's windows travel back to its event loop (`Job`); `Metrics` counts what was done.
 `ApiError` is an answer other than 200, raised on either side.
+
+The target is also lent to live sessions (`realtime.py`) between a request's windows: whoever
+uses the target holds `Engine.lock`, the decoding thread for one window at a time.
 """
 
 from __future__ import annotations
@@ -102,6 +105,8 @@ class Engine:
         self.failure: BaseException | None = None  # why the Transcriber could not load
         self.drafter_state = "none"
         self.target: Any = None  # the loaded target (its family's traits: chat, prompt)
+        self.threads = 1  # torch threads the target decodes with (set once loaded)
+        self.lock = threading.Lock()  # held while the target works: per window, per live call
         self._thread = threading.Thread(target=self._run, name="as2d-decoder", daemon=True)
 
     def start(self) -> None:
@@ -132,7 +137,7 @@ class Engine:
             self.failure = err
             self.ready.set()
             return
-        self.target = transcriber.target
+        self.target, self.threads = transcriber.target, transcriber.threads
         self._watch(transcriber)
         self.ready.set()
         try:
@@ -141,7 +146,8 @@ class Engine:
                 if not job.cancelled.is_set():
                     self._decode(transcriber, job)
                 if transcriber.drafter is not None and transcriber.drafter.lost:
-                    transcriber = self._replace_drafter(transcriber)
+                    with self.lock:
+                        transcriber = self._replace_drafter(transcriber)
                 self._watch(transcriber)
         finally:
             transcriber.close()
@@ -180,7 +186,12 @@ class Engine:
             run = transcriber.transcribe(
                 job.path, job.language, job.task, job.request, job.previous, job.timestamps
             )
-            for window in run:
+            windows = iter(run)
+            while True:
+                with self.lock:  # a live session may decode between two windows
+                    window = next(windows, None)
+                if window is None:
+                    break
                 self.metrics.window(window)
                 job.send("window", window)
                 if job.cancelled.is_set():

@@ -1,0 +1,432 @@
+"""`as2d serve`'s `/v1/realtime?intent=transcription`: OpenAI's Realtime transcription events
+over a WebSocket, so that a realtime client transcribes live speech with the server's target.
+
+A socket is one live stream: PCM16 appends are resampled to 16 kHz (`Pcm16Resampler`) and
+pushed to a `LiveSession`, whose events go back as OpenAI's:
+
+    input_audio_buffer.speech_started   LiveEvent speech_started
+    ...input_audio_transcription.delta  LiveEvent delta, where it extends the text sent
+    input_audio_buffer.speech_stopped   LiveEvent speech_stopped (the utterance's window
+    input_audio_buffer.committed          is decided: server VAD commits it)
+    ...input_audio_transcription.completed  LiveEvent completed: target-only's text
+
+Sharing the one target: every call into a live session (push, finish, poll) runs in a worker
+thread holding `Engine.lock`, which the decoding thread holds for one window of an HTTP
+request at a time, so the target alternates between them window by window. Live sessions
+decode target-only (their own `Transcriber` over the engine's target, no drafter): the text is
+the same, and the drafter process, whose window numbers run on across the server's requests,
+stays the HTTP requests'. So no `delta` is sent yet (provisional text comes from a drafter).
+
+At most `max_sessions` sockets are live at once; one more gets an `error` and is closed. A
+session holds at most `MAX_SESSION_S` of audio, an append at most `MAX_APPEND_BYTES`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import json
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
+
+import numpy as np
+import soxr
+from prometheus_client import Gauge
+from starlette.routing import WebSocketRoute
+from starlette.types import Message
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from as2d.live import DEFAULT_ENDPOINT_MS, LiveEvent, LiveSession
+from as2d.models.targets import check_language, target_languages
+from as2d.server.decoding import Engine
+from as2d.types import SAMPLE_RATE
+
+OPENAI_RATE = 24_000  # OpenAI's pcm16: 24 kHz mono, little-endian
+RATES = (OPENAI_RATE, SAMPLE_RATE)  # audio/pcm rates taken (16 kHz: as2d's, not resampled)
+MAX_APPEND_BYTES = 1 << 20  # PCM per append: 21.8 s at 24 kHz (OpenAI allows 15 MiB base64)
+MAX_SESSION_S = 3600.0  # audio per socket; then the session ends
+POLL_S = 0.05  # while no message comes, events ready in the session are asked for this often
+INBOX = 32  # messages read ahead of the session; then the socket waits (backpressure)
+CLOSE_TRY_LATER = 1013  # WebSocket close code: the server is at its limit
+CLOSE_POLICY = 1008  # WebSocket close code: a request the server will not serve
+
+T = TypeVar("T")
+
+
+class RealtimeError(Exception):
+    """A client event the session cannot honour: an `error` event; `fatal` closes the socket."""
+
+    def __init__(self, code: str, message: str, fatal: bool = False) -> None:
+        super().__init__(message)
+        self.code, self.message, self.fatal = code, message, fatal
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What `session.update` sets (OpenAI's names in comments)."""
+
+    rate: int = OPENAI_RATE  # input_audio_format "pcm16" / audio.input.format.rate
+    model: str = "whisper-1"  # input_audio_transcription.model
+    language: str | None = None  # input_audio_transcription.language (None: the server's)
+    endpoint_ms: int = DEFAULT_ENDPOINT_MS  # turn_detection.silence_duration_ms
+
+
+class Pcm16Resampler:
+    """PCM16 little-endian mono bytes at `rate` → 16 kHz float32, streamed (soxr).
+
+    Deterministic: the same chunks give the same samples (a test gives its reference the
+    server's very samples this way).
+    """
+
+    def __init__(self, rate: int = OPENAI_RATE) -> None:
+        self.rate = rate
+        self._stream = (
+            None if rate == SAMPLE_RATE else soxr.ResampleStream(rate, SAMPLE_RATE, 1, "float32")
+        )
+
+    def feed(self, data: bytes, last: bool = False) -> np.ndarray:
+        """The 16 kHz samples of `data` (an even byte count); `last` flushes the filter."""
+        samples = np.frombuffer(data, dtype="<i2").astype(np.float32) / 32768.0
+        if self._stream is None:
+            return samples
+        return self._stream.resample_chunk(samples, last=last)
+
+
+def caption_delta(sent: str, text: str) -> str | None:
+    """What to send as OpenAI's delta (an increment) for our provisional `text` (the whole
+    utterance so far, which may be revised): its new part where it extends what was `sent`,
+    else None (a revision is not sent: the `completed` transcript replaces it).
+
+    Example: caption_delta("Hello", "Hello world") == " world";
+    caption_delta("Hello word", "Hello world") is None.
+    """
+    if len(text) > len(sent) and text.startswith(sent):
+        return text[len(sent) :]
+    return None
+
+
+class RealtimeApi:
+    """The WebSocket route; counts live sessions against `max_sessions`."""
+
+    def __init__(self, engine: Engine, max_sessions: int = 4) -> None:
+        self.engine = engine
+        self.max_sessions = max_sessions
+        self.models = [engine.options.target, "whisper-1"]
+        self.sessions = 0
+        self.gauge = Gauge(
+            "as2d_realtime_sessions", "Live WebSocket sessions", registry=engine.metrics.registry
+        )
+        self._transcriber: Any = None  # live sessions' Transcriber: the engine's target, alone
+
+    def route(self) -> WebSocketRoute:
+        return WebSocketRoute("/v1/realtime", self.endpoint)
+
+    async def endpoint(self, ws: WebSocket) -> None:
+        await ws.accept()
+        if ws.query_params.get("intent") != "transcription":
+            await _refuse(ws, "unsupported_intent", "this server serves intent=transcription")
+            return
+        if self.sessions >= self.max_sessions:
+            message = f"{self.max_sessions} realtime sessions are live (--realtime-sessions)"
+            await _refuse(ws, "session_limit", message, CLOSE_TRY_LATER)
+            return
+        self.sessions += 1
+        self.gauge.set(self.sessions)
+        beta = "realtime=v1" in ws.headers.get("openai-beta", "")
+        try:
+            await RealtimeSession(self, ws, beta).run()
+        except (WebSocketDisconnect, OSError, RuntimeError):
+            pass  # the client went away while we sent: nothing to keep
+        finally:
+            self.sessions -= 1
+            self.gauge.set(self.sessions)
+
+    def live(self, settings: Settings) -> LiveSession:
+        """A new live stream; call with `Engine.lock` held (in `call`)."""
+        if self._transcriber is None:
+            from as2d.api import Transcriber
+
+            e = self.engine
+            options = replace(e.options, method="target", threads=e.threads, timestamps="none")
+            self._transcriber = Transcriber(
+                options, shared_target=e.target, spawn_drafter=False, warm=False
+            )
+        return LiveSession(self._transcriber, settings.endpoint_ms, language=settings.language)
+
+    async def call(self, work: Callable[[], T]) -> T:
+        """`work` in a worker thread while it holds the target (`Engine.lock`)."""
+        return await asyncio.to_thread(_locked, self.engine.lock, self.engine.threads, work)
+
+    def check(self, settings: Settings) -> None:
+        if settings.model not in self.models:
+            raise RealtimeError("invalid_model", f"unknown model; this server has {self.models}")
+        target = self.engine.options.target
+        try:
+            check_language(target, target_languages(target), settings.language, "transcribe")
+        except ValueError as err:
+            raise RealtimeError("invalid_language", str(err)) from None
+
+
+def _locked(lock: threading.Lock, threads: int, work: Callable[[], T]) -> T:
+    import torch
+
+    with lock:
+        torch.set_num_threads(threads)  # this worker thread's, as the decoding thread's
+        return work()
+
+
+async def _refuse(ws: WebSocket, code: str, message: str, close: int = CLOSE_POLICY) -> None:
+    await ws.send_json(_error(RealtimeError(code, message)))
+    await ws.close(close)
+
+
+def _error(err: RealtimeError, event_id: str | None = None) -> dict[str, Any]:
+    error = {"type": "invalid_request_error", "code": err.code, "message": err.message}
+    if err.code == "session_limit":
+        error["type"] = "server_error"
+    return {"type": "error", "error": {**error, "param": None, "event_id": event_id}}
+
+
+class RealtimeSession:
+    """One socket: client events in, the live session's events out, in order."""
+
+    def __init__(self, api: RealtimeApi, ws: WebSocket, beta: bool) -> None:
+        self.api, self.ws, self.beta = api, ws, beta
+        self.id = f"sess_{uuid.uuid4().hex[:20]}"
+        self.settings = Settings()
+        self.resampler = Pcm16Resampler(self.settings.rate)
+        self.live: LiveSession | None = None
+        self.heard_s = 0.0  # audio of the live sessions before this one
+        self.base = 1  # item number of the live session's item 0
+        self.last_item = 0  # the highest item number said
+        self.previous: str | None = None  # the last committed item's id
+        self.sent = ""  # the current item's text sent as deltas
+
+    async def run(self) -> None:
+        self.live = await self.api.call(lambda: self.api.live(self.settings))
+        kind = "transcription_session" if self.beta else "session"
+        await self._send({"type": f"{kind}.created", "session": self._session()})
+        inbox: asyncio.Queue[Message] = asyncio.Queue(INBOX)
+        reader = asyncio.create_task(_read(self.ws, inbox))
+        try:
+            while True:
+                try:
+                    message = await asyncio.wait_for(inbox.get(), POLL_S)
+                except TimeoutError:
+                    if reader.done():
+                        return  # the reader failed: the socket is unusable
+                    await self._poll()
+                    continue
+                if message["type"] == "websocket.disconnect":
+                    return  # mid-utterance or not: the session is dropped with this object
+                if not await self._handle(message):
+                    return
+        finally:
+            reader.cancel()
+
+    async def _handle(self, message: Message) -> bool:
+        """One client message; False once the socket is closed."""
+        event_id = None
+        try:
+            event = _parse(message)
+            event_id = event.get("event_id") if isinstance(event.get("event_id"), str) else None
+            await self._dispatch(event)
+        except (WebSocketDisconnect, OSError):
+            raise
+        except Exception as err:  # decoding failed: said, and the socket closed
+            if not isinstance(err, RealtimeError):
+                err = RealtimeError("server_error", f"{type(err).__name__}: {err}", fatal=True)
+            await self._send(_error(err, event_id))
+            if err.fatal:
+                await self.ws.close(CLOSE_POLICY)
+                return False
+        return True
+
+    async def _dispatch(self, event: dict[str, Any]) -> None:
+        kind = event.get("type")
+        if kind == "input_audio_buffer.append":
+            await self._append(event.get("audio"))
+        elif kind == "input_audio_buffer.commit":
+            await self._commit()
+        elif kind == "input_audio_buffer.clear":
+            await self._restart()
+            await self._send({"type": "input_audio_buffer.cleared"})
+        elif kind in ("session.update", "transcription_session.update"):
+            await self._update(event.get("session"), kind.replace(".update", ".updated"))
+        else:
+            raise RealtimeError("unknown_event", f"unknown event type {kind!r}")
+
+    async def _append(self, audio: object) -> None:
+        data = _pcm(audio)
+        live = self.live
+        assert live is not None
+        if self.heard_s + live.windower.received_s + len(data) / 2 / self.settings.rate > (
+            MAX_SESSION_S
+        ):
+            raise RealtimeError(
+                "session_too_long", f"a session holds {MAX_SESSION_S:g} s of audio", fatal=True
+            )
+        block = self.resampler.feed(data)
+        await self._say(await self.api.call(lambda: live.push(block)))
+
+    async def _commit(self) -> None:
+        """Ends the utterance now (OpenAI's manual commit); later audio is a new stream."""
+        live, tail = self.live, self.resampler.feed(b"", last=True)
+        assert live is not None
+        events = await self.api.call(lambda: [*live.push(tail), *live.finish()])
+        await self._say(events)
+        await self._restart()
+        if not any(e.kind == "completed" for e in events):
+            raise RealtimeError("input_audio_buffer_commit_empty", "the buffer holds no speech")
+
+    async def _restart(self) -> None:
+        """A new live stream, where the current one's audio ends (commit, clear, update)."""
+        assert self.live is not None
+        self.heard_s += self.live.windower.received_s
+        self.base, self.sent = self.last_item + 1, ""
+        self.resampler = Pcm16Resampler(self.settings.rate)
+        self.live = await self.api.call(lambda: self.api.live(self.settings))
+
+    async def _poll(self) -> None:
+        """Events the session decided without new audio (a session whose target works in the
+        background has `poll`; this one may not yet)."""
+        live = self.live
+        if live is not None and hasattr(live, "poll"):
+            await self._say(await self.api.call(live.poll))
+
+    async def _update(self, session: object, answer: str) -> None:
+        if not isinstance(session, dict):
+            raise RealtimeError("invalid_session", "session must be an object")
+        try:
+            settings = _settings(session, self.settings)
+        except (AttributeError, TypeError, ValueError):  # a field of the wrong JSON type
+            raise RealtimeError("invalid_session", "a session field has the wrong type") from None
+        self.api.check(settings)
+        if settings != self.settings:
+            assert self.live is not None
+            if self.live.windower.received_s > 0:
+                raise RealtimeError(
+                    "session_in_progress",
+                    "settings change between utterances: commit or clear the buffer first",
+                )
+            self.settings = settings
+            await self._restart()
+        await self._send({"type": answer, "session": self._session()})
+
+    async def _say(self, events: list[LiveEvent]) -> None:
+        for event in events:
+            for message in self._messages(event):
+                await self._send(message)
+
+    def _messages(self, event: LiveEvent) -> list[dict[str, Any]]:
+        """OpenAI's events for one of the live session's."""
+        number = self.base + event.item
+        self.last_item = max(self.last_item, number)
+        item = f"item_{number:04d}"
+        if event.kind == "speech_started":
+            ms = round((self.heard_s + event.start_s) * 1000)
+            return [{"type": "input_audio_buffer.speech_started", "audio_start_ms": ms,
+                     "item_id": item}]  # fmt: skip
+        if event.kind == "delta":
+            delta = caption_delta(self.sent, event.text)
+            if delta is None:
+                return []
+            self.sent = event.text
+            return [{"type": "conversation.item.input_audio_transcription.delta",
+                     "item_id": item, "content_index": 0, "delta": delta}]  # fmt: skip
+        if event.kind == "speech_stopped":
+            ms = round((self.heard_s + event.end_s) * 1000)
+            previous, self.previous, self.sent = self.previous, item, ""
+            return [
+                {"type": "input_audio_buffer.speech_stopped", "audio_end_ms": ms,
+                 "item_id": item},
+                {"type": "input_audio_buffer.committed", "item_id": item,
+                 "previous_item_id": previous},
+            ]  # fmt: skip
+        return [{"type": "conversation.item.input_audio_transcription.completed",
+                 "item_id": item, "content_index": 0, "transcript": event.text}]  # fmt: skip
+
+    def _session(self) -> dict[str, Any]:
+        """The session as OpenAI describes it: the beta's fields, or the GA's nested ones."""
+        s = self.settings
+        transcription = {"model": s.model, "language": s.language, "prompt": ""}
+        turns = {"type": "server_vad", "silence_duration_ms": s.endpoint_ms}
+        if self.beta:
+            return {"id": self.id, "object": "realtime.transcription_session",
+                    "input_audio_format": "pcm16", "input_audio_transcription": transcription,
+                    "turn_detection": turns}  # fmt: skip
+        audio_format = {"type": "audio/pcm", "rate": s.rate}
+        return {"id": self.id, "object": "realtime.transcription_session",
+                "type": "transcription", "audio": {"input": {"format": audio_format,
+                "transcription": transcription, "turn_detection": turns}}}  # fmt: skip
+
+    async def _send(self, message: dict[str, Any]) -> None:
+        await self.ws.send_json({"event_id": f"event_{uuid.uuid4().hex[:20]}", **message})
+
+
+async def _read(ws: WebSocket, inbox: asyncio.Queue[Message]) -> None:
+    """The socket's messages into `inbox`, up to and with its disconnect."""
+    while True:
+        message = await ws.receive()
+        await inbox.put(message)
+        if message["type"] == "websocket.disconnect":
+            return
+
+
+def _parse(message: Message) -> dict[str, Any]:
+    if message.get("text") is None:
+        raise RealtimeError("binary_not_supported", "events are JSON text frames")
+    try:
+        event = json.loads(message["text"])
+    except ValueError:
+        raise RealtimeError("invalid_json", "the message is not JSON") from None
+    if not isinstance(event, dict):
+        raise RealtimeError("invalid_json", "an event is a JSON object")
+    return event
+
+
+def _pcm(audio: object) -> bytes:
+    """An append's PCM16 bytes, checked."""
+    if not isinstance(audio, str):
+        raise RealtimeError("invalid_audio", "audio must be base64 text")
+    if len(audio) > MAX_APPEND_BYTES * 4 // 3 + 4:
+        raise RealtimeError("audio_too_large", f"an append holds {MAX_APPEND_BYTES} bytes at most")
+    try:
+        data = base64.b64decode(audio, validate=True)
+    except (binascii.Error, ValueError):
+        raise RealtimeError("invalid_base64", "audio is not base64") from None
+    if len(data) % 2:
+        raise RealtimeError("invalid_audio", "pcm16 audio holds an even number of bytes")
+    return data
+
+
+def _settings(session: dict[str, Any], current: Settings) -> Settings:
+    """`current` with what a `session.update` (beta or GA fields) sets."""
+    audio_input = (session.get("audio") or {}).get("input") or {}
+    rate = current.rate
+    if "input_audio_format" in session and session["input_audio_format"] != "pcm16":
+        raise RealtimeError("invalid_audio_format", "input_audio_format must be pcm16")
+    if fmt := audio_input.get("format"):
+        if fmt.get("type") != "audio/pcm" or fmt.get("rate", OPENAI_RATE) not in RATES:
+            raise RealtimeError("invalid_audio_format", f"format must be audio/pcm at {RATES}")
+        rate = int(fmt.get("rate", OPENAI_RATE))
+    transcription = session.get("input_audio_transcription") or audio_input.get("transcription")
+    transcription = transcription or {}
+    if transcription.get("prompt"):
+        raise RealtimeError("unsupported_prompt", "a transcription prompt is not supported live")
+    detection = session.get("turn_detection", audio_input.get("turn_detection", {}))
+    if detection is None or detection.get("type", "server_vad") != "server_vad":
+        raise RealtimeError("unsupported_turn_detection", "turn_detection must be server_vad")
+    endpoint = detection.get("silence_duration_ms", current.endpoint_ms)
+    if not isinstance(endpoint, int) or not 100 <= endpoint <= 10_000:
+        raise RealtimeError("invalid_turn_detection", "silence_duration_ms must be 100-10000")
+    return Settings(
+        rate=rate,
+        model=str(transcription.get("model", current.model)),
+        language=transcription.get("language", current.language) or None,
+        endpoint_ms=endpoint,
+    )
