@@ -126,7 +126,9 @@ class LiveSession:
         self._jobs: Queue[_Job | None] = Queue()
         self._thread: threading.Thread | None = None
         if background:
-            self._thread = threading.Thread(target=self._engine.serve, args=(self._jobs,))
+            self._thread = threading.Thread(
+                target=self._engine.serve, args=(self._jobs,), daemon=True
+            )
             self._thread.start()
 
     def push(self, block: np.ndarray) -> list[LiveEvent]:

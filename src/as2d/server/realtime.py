@@ -15,7 +15,9 @@ thread holding `Engine.lock`, which the decoding thread holds for one window of 
 request at a time, so the target alternates between them window by window. Live sessions
 decode target-only (their own `Transcriber` over the engine's target, no drafter): the text is
 the same, and the drafter process, whose window numbers run on across the server's requests,
-stays the HTTP requests'. So no `delta` is sent yet (provisional text comes from a drafter).
+stays the HTTP requests'. So no `delta` is sent yet (provisional text comes from a drafter);
+but in a pause the target decodes the window that silence would cut before the endpoint is
+heard (`LiveSession`'s `early`), so the final text is most often ready when it is.
 
 At most `max_sessions` sockets are live at once; one more gets an `error` and is closed. A
 session holds at most `MAX_SESSION_S` of audio, an append at most `MAX_APPEND_BYTES`.
@@ -155,7 +157,13 @@ class RealtimeApi:
             self._transcriber = Transcriber(
                 options, shared_target=e.target, spawn_drafter=False, warm=False
             )
-        return LiveSession(self._transcriber, settings.endpoint_ms, language=settings.language)
+        return LiveSession(
+            self._transcriber,
+            settings.endpoint_ms,
+            early=True,  # a pause's window decoded before its endpoint: the same text, sooner
+            language=settings.language,
+            background=False,  # the target works in `call`, under `Engine.lock`
+        )
 
     async def call(self, work: Callable[[], T]) -> T:
         """`work` in a worker thread while it holds the target (`Engine.lock`)."""
@@ -292,10 +300,9 @@ class RealtimeSession:
         self.live = await self.api.call(lambda: self.api.live(self.settings))
 
     async def _poll(self) -> None:
-        """Events the session decided without new audio (a session whose target works in the
-        background has `poll`; this one may not yet)."""
+        """Events the session decided without new audio."""
         live = self.live
-        if live is not None and hasattr(live, "poll"):
+        if live is not None:
             await self._say(await self.api.call(live.poll))
 
     async def _update(self, session: object, answer: str) -> None:
