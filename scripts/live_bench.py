@@ -44,6 +44,7 @@ def main() -> int:
     parser.add_argument(
         "--join", action="store_true", help="one stream: the recordings joined, 1 s apart"
     )
+    parser.add_argument("--seconds", type=float, default=None, help="each stream's first S s")
     args = parser.parse_args()
     command = "$ " + shlex.join([sys.executable, *sys.argv])
     print(command)
@@ -63,6 +64,7 @@ def main() -> int:
             play(LiveSession(t, background=False), first, "simulated")
         for n, (name, language, files) in enumerate(streams, 1):
             audio = joined([load_audio(args.manifest.parent / f) for f in files])
+            audio = audio[: None if args.seconds is None else round(args.seconds * SAMPLE_RATE)]
             for method, t in transcribers.items():
                 early = False if method.endswith(LATE) else None
                 session = LiveSession(

@@ -176,17 +176,19 @@ class LiveSession:
             yield from self.push(block)
         yield from self.finish()
 
+    def _event(self, kind: str, item: int, **fields: object) -> LiveEvent:
+        heard = self.windower.received_s
+        return LiveEvent(kind, item, heard, time.perf_counter(), **fields)  # type: ignore[arg-type]
+
     def _say(self, kind: str, item: int, **fields: object) -> LiveEvent:
-        event = LiveEvent(kind, item, self.windower.received_s, time.perf_counter(), **fields)  # type: ignore[arg-type]
+        """An event of the target's side, said through `poll`."""
+        event = self._event(kind, item, **fields)
         self._said.put(event)
         return event
 
     def _started_event(self, start_s: float) -> LiveEvent:
         self._started = True
-        return self._said_now("speech_started", start_s=start_s, end_s=start_s)
-
-    def _said_now(self, kind: str, **fields: object) -> LiveEvent:
-        return LiveEvent(kind, self._item, self.windower.received_s, time.perf_counter(), **fields)  # type: ignore[arg-type]
+        return self._event("speech_started", self._item, start_s=start_s, end_s=start_s)
 
     def _decided(self, window: Window) -> list[LiveEvent]:
         """The utterance's window is decided: said at once; the target's side finishes it."""
@@ -195,7 +197,8 @@ class LiveSession:
             events.append(
                 self._started_event(window.speech[0][0] if window.speech else window.start)
             )
-        events.append(self._said_now("speech_stopped", start_s=window.start, end_s=window.end))
+        bounds = {"start_s": window.start, "end_s": window.end}
+        events.append(self._event("speech_stopped", self._item, **bounds))
         self._work(_Job("final", window, self._item))
         self._item += 1
         self._started, self._drafted_to, self._early_sent = False, 0.0, None
@@ -316,10 +319,17 @@ class _Engine:
             held = self.drafter is not None and self.drafter.holds(self._draft_index)
             at = self._draft_index
             if not held:  # a number the drafter never had: no draft
-                at, self._next_index = self._next_index, self._next_index + 1
+                at = self._take_index()
             self._speculative.base = at - window.index
         result, self.asked = self.transcriber.decode_window(window, self.asked, self._request)
         return result
+
+    def _take_index(self) -> int:
+        """A window number the drafter has not had (it may serve other sessions too)."""
+        had = self.drafter.submitted if self.drafter is not None else -1
+        index = max(self._next_index, had + 1)
+        self._next_index = index + 1
+        return index
 
     def _draft(self, window: Window, item: int, force: bool = False) -> None:
         """Hands `window` to the drafter in place of its last one, unless that one is still
@@ -330,7 +340,7 @@ class _Engine:
         busy = d.holds(self._draft_index) and not d.done(self._draft_index)
         if busy and not force:
             return
-        index, self._next_index = self._next_index, self._next_index + 1
+        index = self._take_index()
         if self._draft_index >= 0:
             d.release(self._draft_index)
         if d.wants(index):

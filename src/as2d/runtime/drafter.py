@@ -220,6 +220,11 @@ class DrafterProcess:
         """Windows the drafter finished."""
         return sum(i.finished for i in self.intervals)
 
+    @property
+    def submitted(self) -> int:
+        """The highest window number submitted so far (-1: none): the next must be higher."""
+        return self._submitted
+
     def holds(self, index: int) -> bool:
         """Whether window `index` was submitted and not yet released."""
         return index in self._drafts

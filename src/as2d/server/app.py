@@ -479,6 +479,8 @@ def create_app(
     upload_dir = Path(tempfile.mkdtemp(prefix="as2d-uploads-"))
     api = AudioApi(engine, int(max_upload_mb * 2**20), upload_dir)
 
+    live = RealtimeApi(engine, realtime_sessions)
+
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await asyncio.to_thread(engine.start)
@@ -486,9 +488,9 @@ def create_app(
             yield
         finally:
             await asyncio.to_thread(engine.stop)
+            live.close()
             shutil.rmtree(upload_dir, ignore_errors=True)
 
-    live = RealtimeApi(engine, realtime_sessions)
     return Starlette(routes=[*api.routes(), live.route()], lifespan=lifespan)
 
 

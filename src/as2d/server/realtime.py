@@ -13,11 +13,12 @@ pushed to a `LiveSession`, whose events go back as OpenAI's:
 Sharing the one target: every call into a live session (push, finish, poll) runs in a worker
 thread holding `Engine.lock`, which the decoding thread holds for one window of an HTTP
 request at a time, so the target alternates between them window by window. Live sessions
-decode target-only (their own `Transcriber` over the engine's target, no drafter): the text is
-the same, and the drafter process, whose window numbers run on across the server's requests,
-stays the HTTP requests'. So no `delta` is sent yet (provisional text comes from a drafter);
-but in a pause the target decodes the window that silence would cut before the endpoint is
-heard (`LiveSession`'s `early`), so the final text is most often ready when it is.
+have their own `Transcriber` over the engine's target, with a drafter process of their own
+for as2d (the HTTP requests' numbers its windows across their recordings): while the user
+speaks it drafts the utterance, sent as `delta`s; in a pause the target decodes the window
+that silence would cut before the endpoint is heard (`LiveSession`'s `early`), so the final
+text is most often ready when it is. Sessions share that drafter in turn; one session's
+release may drop another's draft (a draft is a hint: the text does not change).
 
 At most `max_sessions` sockets are live at once; one more gets an `error` and is closed. A
 session holds at most `MAX_SESSION_S` of audio, an append at most `MAX_APPEND_BYTES`.
@@ -124,6 +125,11 @@ class RealtimeApi:
         )
         self._transcriber: Any = None  # live sessions' Transcriber: the engine's target, alone
 
+    def close(self) -> None:
+        """Stops the live sessions' drafter process, if one started."""
+        if self._transcriber is not None:
+            self._transcriber.close()
+
     def route(self) -> WebSocketRoute:
         return WebSocketRoute("/v1/realtime", self.endpoint)
 
@@ -153,10 +159,12 @@ class RealtimeApi:
             from as2d.api import Transcriber
 
             e = self.engine
-            options = replace(e.options, method="target", threads=e.threads, timestamps="none")
-            self._transcriber = Transcriber(
-                options, shared_target=e.target, spawn_drafter=False, warm=False
+            method = (
+                "as2d" if e.options.method == "as2d" and e.options.device == "cpu" else "target"
             )
+            options = replace(e.options, method=method, threads=e.threads, timestamps="none")
+            # as2d: a drafter process of the live sessions' own (see the module's docstring)
+            self._transcriber = Transcriber(options, shared_target=e.target, warm=False)
         return LiveSession(
             self._transcriber,
             settings.endpoint_ms,
