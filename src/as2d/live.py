@@ -308,7 +308,9 @@ class _Engine:
         self._item, self._caption, self._early, self._drafted = item + 1, "", None, None
 
     def _decode_early(self, window: Window, item: int) -> None:
-        if self.drafter is not None and not (self._drafted and _same(self._drafted, window)):
+        """The pause's window, with the utterance's latest draft (drafted now where there is
+        none: the target's encoder takes every core once the draft is done)."""
+        if self.drafter is not None and not self.drafter.holds(self._draft_index):
             self._draft(window, item, force=True)
         self._early = (window, self._decode(window))
 
