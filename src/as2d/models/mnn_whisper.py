@@ -19,8 +19,10 @@ scripts/mnn_probe.py).
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +37,12 @@ from as2d.audio.mel import log_mel
 from as2d.models.tokenizer import WhisperTokenizer
 from as2d.models.whisper_net import WhisperNet
 
-GRAPHS = ("encoder", "cross", "decoder")
+# Each graph's input and output names, as `export` writes them and `_Graph` feeds them.
+GRAPHS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "encoder": (("features",), ("hidden",)),
+    "cross": (("hidden",), ("cross_k", "cross_v")),
+    "decoder": (("tokens", "past_k", "past_v", "cross_k", "cross_v"), ("logits", "new_k", "new_v")),
+}
 QUANT_BITS = {"float32": 0, "int8": 8, "int4": 4}  # weights as MNN stores them
 OPSET = 17
 
@@ -120,12 +127,10 @@ class _DecoderGraph(nn.Module):
 
 @dataclass(frozen=True)
 class _Spec:
-    """One graph to export: its module, example inputs, names and dynamic axes."""
+    """One graph to export: its module, example inputs and dynamic axes."""
 
     module: nn.Module
     inputs: tuple[torch.Tensor, ...]
-    input_names: tuple[str, ...]
-    output_names: tuple[str, ...]
     dynamic_axes: dict[str, dict[int, str]]
 
 
@@ -142,16 +147,12 @@ def _specs(net: WhisperNet) -> dict[str, _Spec]:
         "encoder": _Spec(
             net.model.encoder,
             (torch.zeros(1, shape.num_mel_bins, 2 * frames),),
-            ("features",),
-            ("hidden",),
             {},
         ),
-        "cross": _Spec(_CrossGraph(net), (hidden,), ("hidden",), ("cross_k", "cross_v"), {}),
+        "cross": _Spec(_CrossGraph(net), (hidden,), {}),
         "decoder": _Spec(
             _DecoderGraph(net),
             (tokens, cache, cache, cross, cross),
-            ("tokens", "past_k", "past_v", "cross_k", "cross_v"),
-            ("logits", "new_k", "new_v"),
             {
                 "tokens": {0: "k"},
                 "past_k": {2: "past"},
@@ -179,22 +180,43 @@ def export(net: WhisperNet, directory: str | Path, weights: str = "float32") -> 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     paths = {}
-    for name, spec in _specs(net.float().eval()).items():
-        onnx_path = directory / f"{name}.onnx"
-        with torch.inference_mode():
-            torch.onnx.export(
-                spec.module,
-                spec.inputs,
-                str(onnx_path),
-                input_names=list(spec.input_names),
-                output_names=list(spec.output_names),
-                dynamic_axes=spec.dynamic_axes,
-                opset_version=OPSET,
-                dynamo=False,
-            )
-        paths[name] = directory / f"{name}.mnn"
-        convert(onnx_path, paths[name], QUANT_BITS[weights])
+    with tempfile.TemporaryDirectory() as scratch:
+        for name, spec in _specs(net.float().eval()).items():
+            onnx_path = Path(scratch) / f"{name}.onnx"
+            inputs, outputs = GRAPHS[name]
+            with torch.inference_mode():
+                torch.onnx.export(
+                    spec.module,
+                    spec.inputs,
+                    str(onnx_path),
+                    input_names=list(inputs),
+                    output_names=list(outputs),
+                    dynamic_axes=spec.dynamic_axes,
+                    opset_version=OPSET,
+                    dynamo=False,
+                )
+            paths[name] = directory / f"{name}.mnn"
+            convert(onnx_path, paths[name], QUANT_BITS[weights])
     return paths
+
+
+def exported(name: str, weights: str = "float32") -> Path:
+    """The directory of a bundled model's MNN graphs: `$AS2D_CACHE/mnn/<name>/<weights>/`,
+    exported on first use (into a temporary folder renamed into place, so a reader never
+    sees half a model)."""
+    from as2d.models.bundled import cache_root, load_whisper_net
+
+    directory = cache_root() / "mnn" / name / weights
+    if all((directory / f"{graph}.mnn").is_file() for graph in GRAPHS):
+        return directory
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=directory.parent) as scratch:
+        net, _ = load_whisper_net(name, torch.float32)
+        export(net, scratch, weights)
+        shutil.rmtree(directory, ignore_errors=True)
+        Path(scratch).rename(directory)
+        Path(scratch).mkdir()  # for TemporaryDirectory's cleanup
+    return directory
 
 
 def convert(onnx_path: Path, mnn_path: Path, quant_bits: int = 0) -> None:
@@ -266,9 +288,9 @@ class MnnWhisperTarget:
     ) -> None:
         """`directory` holds `export`'s graphs for `net` (whose shape and suppression it takes)."""
         directory, shape = Path(directory), net.shape
-        specs = _specs_names()
         self.graphs = {
-            name: _Graph(directory / f"{name}.mnn", *specs[name], threads) for name in GRAPHS
+            name: _Graph(directory / f"{name}.mnn", *names, threads)
+            for name, names in GRAPHS.items()
         }
         self.tokenizer = tokenizer
         self.eot_ids = frozenset({tokenizer.eot})
@@ -284,6 +306,15 @@ class MnnWhisperTarget:
         self.begin_suppress = [t for t in net.suppression.begin_suppress_tokens if t < vocab]
         self.length = 0
         self.prompt_length = 0
+
+    @classmethod
+    def load(cls, name: str, weights: str = "float32", threads: int = 1) -> MnnWhisperTarget:
+        """A bundled model's graphs from the cache (exported on first use, see `exported`)."""
+        from as2d.models.bundled import load_whisper_net
+
+        directory = exported(name, weights)
+        net, tokenizer = load_whisper_net(name, torch.float32)
+        return cls(directory, net, tokenizer, threads)
 
     def encode(self, audio: np.ndarray, between: Callable[[], object] | None = None) -> MnnEncoded:
         """Log-mel features of a ≤ 30 s window (padded to 30 s) and the encoder graph."""
@@ -328,18 +359,6 @@ class MnnWhisperTarget:
         if 0 <= first < scores.shape[0]:
             scores[first, self.begin_suppress] = -torch.inf
         return scores
-
-
-def _specs_names() -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
-    """Input and output names of each graph, as `export` writes them."""
-    return {
-        "encoder": (("features",), ("hidden",)),
-        "cross": (("hidden",), ("cross_k", "cross_v")),
-        "decoder": (
-            ("tokens", "past_k", "past_v", "cross_k", "cross_v"),
-            ("logits", "new_k", "new_v"),
-        ),
-    }
 
 
 def mnn_available() -> bool:
