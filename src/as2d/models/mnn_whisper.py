@@ -251,10 +251,15 @@ class _Graph:
         import MNN.nn as mnn_nn
 
         self._expr = mnn_expr
-        config = {"backend": "CPU", "numThread": threads, "precision": "high"}
-        runtime = mnn_nn.create_runtime_manager((config,))
+        # Precision and threads as arguments: a runtime manager built from a config dict ran
+        # the same graph slower (scripts/mnn_probe.py's numbers use this path).
         self.module = mnn_nn.load_module_from_file(
-            str(path), list(inputs), list(outputs), runtime_manager=runtime, shape_mutable=True
+            str(path),
+            list(inputs),
+            list(outputs),
+            shape_mutable=True,
+            precision_mode=mnn_expr.PrecisionMode.High,
+            thread_num=threads,
         )
 
     def __call__(self, *arrays: np.ndarray) -> list[np.ndarray]:
