@@ -1,0 +1,388 @@
+"""Whisper on MNN: our checkpoints exported as three MNN graphs, and a target that runs them.
+
+MNN (Alibaba's inference engine, PyPI `MNN`, the `mnn` extra) runs on phones and small CPUs
+where PyTorch does not. `export` writes three graphs from a `WhisperNet` through ONNX and
+MNN's converter:
+
+- `encoder.mnn`: log-mel features [1, n_mels, 3000] -> hidden [1500, d];
+- `cross.mnn`: hidden -> the cross-attention keys (pre-scaled) and values of every layer;
+- `decoder.mnn`: k new tokens over a self-attention cache of any length `past` -> [k, V]
+  logits and the k new positions' keys and values. A step is k = 1, a verify pass k > 1; the
+  tokens' positions and the causal mask follow from `past` (the mask is aligned to the
+  cache's end), so rollback is a length pointer over a cache kept here, on the host.
+
+`MnnWhisperTarget` has the methods the engine calls on `WhisperTarget` (encode, prefill,
+forward, rollback, length) and the same token suppression, so its greedy tokens can be
+compared with the torch target's token for token (tests/models/test_mnn_whisper.py,
+scripts/mnn_probe.py).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from as2d.audio.mel import log_mel
+from as2d.models.tokenizer import WhisperTokenizer
+from as2d.models.whisper_net import WhisperNet
+
+# Each graph's input and output names, as `export` writes them and `_Graph` feeds them.
+GRAPHS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "encoder": (("features",), ("hidden",)),
+    "cross": (("hidden",), ("cross_k", "cross_v")),
+    "decoder": (("tokens", "past_k", "past_v", "cross_k", "cross_v"), ("logits", "new_k", "new_v")),
+}
+QUANT_BITS = {"float32": 0, "int8": 8, "int4": 4}  # weights as MNN stores them
+OPSET = 17
+
+
+class _CrossGraph(nn.Module):
+    """hidden [1500, d] -> keys [L, H, 1500, Dh] (times Dh^-0.5), values [L, H, 1500, Dh]."""
+
+    def __init__(self, net: WhisperNet) -> None:
+        super().__init__()
+        self.layers = net.model.decoder.layers
+        self.heads = net.shape.decoder_attention_heads
+
+    def forward(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        rows, d = hidden.shape
+        scale = (d // self.heads) ** -0.5
+        keys, values = [], []
+        for layer in self.layers:
+            attn = layer.encoder_attn
+            keys.append(attn.k_proj(hidden).view(rows, self.heads, -1).transpose(0, 1) * scale)
+            values.append(attn.v_proj(hidden).view(rows, self.heads, -1).transpose(0, 1))
+        return torch.stack(keys), torch.stack(values)
+
+
+class _DecoderGraph(nn.Module):
+    """k tokens over a `past`-long cache -> logits [k, V], new keys and values [L, H, k, Dh].
+
+    The same operations as `WhisperTarget._decoder_pass`, with the cache as inputs and the new
+    positions' keys and values as outputs.
+    """
+
+    def __init__(self, net: WhisperNet) -> None:
+        super().__init__()
+        decoder = net.model.decoder
+        self.embed_tokens = decoder.embed_tokens
+        self.embed_positions = decoder.embed_positions
+        self.layers = decoder.layers
+        self.layer_norm = decoder.layer_norm
+        self.proj_out = net.proj_out
+        self.heads = net.shape.decoder_attention_heads
+
+    def forward(
+        self,
+        tokens: torch.Tensor,  # [k] int64
+        past_k: torch.Tensor,  # [L, H, past, Dh]
+        past_v: torch.Tensor,  # [L, H, past, Dh]
+        cross_k: torch.Tensor,  # [L, H, 1500, Dh], pre-scaled
+        cross_v: torch.Tensor,  # [L, H, 1500, Dh]
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        k, past = tokens.shape[0], past_k.shape[2]
+        rows = torch.arange(k) + past  # [k] the new tokens' positions
+        x = self.embed_tokens(tokens) + self.embed_positions(rows)  # [k, d]
+        masked = torch.arange(k + past)[None, :] > rows[:, None]  # [k, past + k]
+        new_k, new_v = [], []
+        for i, layer in enumerate(self.layers):
+            h = layer.self_attn_layer_norm(x)
+            attn = layer.self_attn
+            keys = self._heads(attn.k_proj(h))  # [H, k, Dh]
+            values = self._heads(attn.v_proj(h))
+            new_k.append(keys)
+            new_v.append(values)
+            q = self._heads(attn.q_proj(h)) * keys.shape[-1] ** -0.5
+            weights = q @ torch.cat([past_k[i], keys], 1).transpose(1, 2)  # [H, k, past + k]
+            weights = weights.masked_fill(masked, -torch.inf)
+            out = weights.softmax(-1) @ torch.cat([past_v[i], values], 1)  # [H, k, Dh]
+            x = x + attn.out_proj(self._merge(out))
+            h = layer.encoder_attn_layer_norm(x)
+            cross = layer.encoder_attn
+            weights = self._heads(cross.q_proj(h)) @ cross_k[i].transpose(1, 2)  # [H, k, 1500]
+            x = x + cross.out_proj(self._merge(weights.softmax(-1) @ cross_v[i]))
+            x = x + layer.fc2(F.gelu(layer.fc1(layer.final_layer_norm(x))))
+        logits = self.proj_out(self.layer_norm(x))  # [k, V]
+        return logits, torch.stack(new_k), torch.stack(new_v)
+
+    def _heads(self, x: torch.Tensor) -> torch.Tensor:
+        """[k, d] -> [H, k, Dh]"""
+        return x.view(x.shape[0], self.heads, -1).transpose(0, 1)
+
+    def _merge(self, x: torch.Tensor) -> torch.Tensor:
+        """[H, k, Dh] -> [k, d]"""
+        return x.transpose(0, 1).reshape(x.shape[1], -1)
+
+
+@dataclass(frozen=True)
+class _Spec:
+    """One graph to export: its module, example inputs and dynamic axes."""
+
+    module: nn.Module
+    inputs: tuple[torch.Tensor, ...]
+    dynamic_axes: dict[str, dict[int, str]]
+
+
+def _specs(net: WhisperNet) -> dict[str, _Spec]:
+    shape = net.shape
+    heads, layers = shape.decoder_attention_heads, shape.decoder_layers
+    head_dim = shape.d_model // heads
+    frames = shape.max_source_positions  # 1500 encoder positions
+    hidden = torch.zeros(frames, shape.d_model)
+    cache = torch.zeros(layers, heads, 3, head_dim)  # past = 3 in the example
+    cross = torch.zeros(layers, heads, frames, head_dim)
+    tokens = torch.zeros(2, dtype=torch.long)  # k = 2 in the example
+    return {
+        "encoder": _Spec(
+            net.model.encoder,
+            (torch.zeros(1, shape.num_mel_bins, 2 * frames),),
+            {},
+        ),
+        "cross": _Spec(_CrossGraph(net), (hidden,), {}),
+        "decoder": _Spec(
+            _DecoderGraph(net),
+            (tokens, cache, cache, cross, cross),
+            {
+                "tokens": {0: "k"},
+                "past_k": {2: "past"},
+                "past_v": {2: "past"},
+                "logits": {0: "k"},
+                "new_k": {2: "k"},
+                "new_v": {2: "k"},
+            },
+        ),
+    }
+
+
+def export(net: WhisperNet, directory: str | Path, weights: str = "float32") -> dict[str, Path]:
+    """Writes `<graph>.onnx` and `<graph>.mnn` for the encoder, cross and decoder graphs.
+
+    Args:
+        net: a float32 checkpoint (its encoder must be the stock one: not swapped to oneDNN).
+        directory: where the files go (created).
+        weights: "float32" (the reference), "int8" or "int4" (MNN's weight quantisation of
+            matmul weights; activations stay float32).
+
+    Returns:
+        The .mnn path of each graph.
+    """
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        for name, spec in _specs(net.float().eval()).items():
+            onnx_path = Path(scratch) / f"{name}.onnx"
+            inputs, outputs = GRAPHS[name]
+            with torch.inference_mode():
+                torch.onnx.export(
+                    spec.module,
+                    spec.inputs,
+                    str(onnx_path),
+                    input_names=list(inputs),
+                    output_names=list(outputs),
+                    dynamic_axes=spec.dynamic_axes,
+                    opset_version=OPSET,
+                    dynamo=False,
+                )
+            paths[name] = directory / f"{name}.mnn"
+            convert(onnx_path, paths[name], QUANT_BITS[weights])
+    return paths
+
+
+def exported(name: str, weights: str = "float32") -> Path:
+    """The directory of a bundled model's MNN graphs: `$AS2D_CACHE/mnn/<name>/<weights>/`,
+    exported on first use (into a temporary folder renamed into place, so a reader never
+    sees half a model)."""
+    from as2d.models.bundled import cache_root, load_whisper_net
+
+    directory = cache_root() / "mnn" / name / weights
+    if all((directory / f"{graph}.mnn").is_file() for graph in GRAPHS):
+        return directory
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=directory.parent) as scratch:
+        net, _ = load_whisper_net(name, torch.float32)
+        export(net, scratch, weights)
+        shutil.rmtree(directory, ignore_errors=True)
+        Path(scratch).rename(directory)
+        Path(scratch).mkdir()  # for TemporaryDirectory's cleanup
+    return directory
+
+
+def convert(onnx_path: Path, mnn_path: Path, quant_bits: int = 0) -> None:
+    """ONNX -> MNN with MNN's converter (exact GELU, not its tanh approximation)."""
+    command = [
+        sys.executable,
+        "-m",
+        "MNN.tools.mnnconvert",
+        "-f",
+        "ONNX",
+        "--modelFile",
+        str(onnx_path),
+        "--MNNModel",
+        str(mnn_path),
+        "--bizCode",
+        "as2d",
+        "--useGeluApproximation",
+        "0",
+    ]
+    if quant_bits:
+        command += ["--weightQuantBits", str(quant_bits)]
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    if result.returncode != 0 or not mnn_path.is_file():
+        raise RuntimeError(f"mnnconvert failed on {onnx_path}:\n{result.stdout}{result.stderr}")
+
+
+class _Graph:
+    """One .mnn graph loaded with MNN's module API, called with numpy arrays."""
+
+    def __init__(self, path: Path, inputs: Sequence[str], outputs: Sequence[str], threads: int):
+        import MNN.expr as mnn_expr
+        import MNN.nn as mnn_nn
+
+        self._expr = mnn_expr
+        # Precision and threads as arguments: a runtime manager built from a config dict ran
+        # the same graph slower (scripts/mnn_probe.py's numbers use this path).
+        self.module = mnn_nn.load_module_from_file(
+            str(path),
+            list(inputs),
+            list(outputs),
+            shape_mutable=True,
+            precision_mode=mnn_expr.PrecisionMode.High,
+            thread_num=threads,
+        )
+
+    def __call__(self, *arrays: np.ndarray) -> list[np.ndarray]:
+        expr = self._expr
+        inputs = [
+            expr.const(a, list(a.shape), expr.NCHW, expr.int if a.dtype.kind == "i" else expr.float)
+            for a in (np.ascontiguousarray(a) for a in arrays)
+        ]
+        return [np.array(out.read(), copy=True) for out in self.module.forward(inputs)]
+
+
+@dataclass
+class MnnEncoded:
+    """The encoder's output for one window and its cross-attention keys and values."""
+
+    hidden: np.ndarray  # [1500, d]
+
+
+class MnnWhisperTarget:
+    """Greedy-decoding Whisper target on MNN: the `WhisperTarget` calls the engine makes.
+
+    The self-attention cache is two host arrays [L, H, max_length, Dh]; a pass sends their
+    first `length` positions to the decoder graph and stores the k positions it returns, so
+    rollback moves `length`. Scores carry Whisper's suppression, as `WhisperTarget`'s do.
+    """
+
+    MODEL_TYPES: ClassVar[tuple[str, ...]] = ("whisper",)
+
+    def __init__(
+        self, directory: str | Path, net: WhisperNet, tokenizer: WhisperTokenizer, threads: int = 1
+    ) -> None:
+        """`directory` holds `export`'s graphs for `net` (whose shape and suppression it takes)."""
+        directory, shape = Path(directory), net.shape
+        self.graphs = {
+            name: _Graph(directory / f"{name}.mnn", *names, threads)
+            for name, names in GRAPHS.items()
+        }
+        self.tokenizer = tokenizer
+        self.eot_ids = frozenset({tokenizer.eot})
+        self.max_length = shape.max_target_positions
+        self.n_mels = shape.num_mel_bins
+        heads = shape.decoder_attention_heads
+        cache = (shape.decoder_layers, heads, self.max_length, shape.d_model // heads)
+        self.self_k = np.zeros(cache, dtype=np.float32)  # [L, H, T, Dh]
+        self.self_v = np.zeros(cache, dtype=np.float32)
+        self.cross: list[np.ndarray] = []  # keys, values [L, H, 1500, Dh]
+        vocab = shape.vocab_size
+        self.suppress = [t for t in net.suppression.suppress_tokens if t < vocab]
+        self.begin_suppress = [t for t in net.suppression.begin_suppress_tokens if t < vocab]
+        self.length = 0
+        self.prompt_length = 0
+
+    @classmethod
+    def load(cls, name: str, weights: str = "float32", threads: int = 1) -> MnnWhisperTarget:
+        """A bundled model's graphs from the cache (exported on first use, see `exported`)."""
+        from as2d.models.bundled import load_whisper_net
+
+        directory = exported(name, weights)
+        net, tokenizer = load_whisper_net(name, torch.float32)
+        return cls(directory, net, tokenizer, threads)
+
+    def encode(self, audio: np.ndarray, between: Callable[[], object] | None = None) -> MnnEncoded:
+        """Log-mel features of a ≤ 30 s window (padded to 30 s) and the encoder graph."""
+        if between is not None:
+            between()
+        feats = log_mel(audio, self.n_mels).float().numpy()  # [1, n_mels, 3000]
+        (hidden,) = self.graphs["encoder"](feats)
+        return MnnEncoded(hidden.reshape(hidden.shape[-2:]))
+
+    def prefill(self, encoded: MnnEncoded, prompt: Sequence[int]) -> torch.Tensor:
+        """Start a window: cross-attention keys/values, then the prompt. Returns [V] scores."""
+        self.cross = self.graphs["cross"](encoded.hidden)
+        self.length = 0
+        self.prompt_length = len(prompt)
+        return self.forward(prompt)[-1]
+
+    def forward(self, tokens: Sequence[int]) -> torch.Tensor:
+        """Append `tokens` to the cache; return the scores for the position after each: [n, V]."""
+        start, end = self.length, self.length + len(tokens)
+        if end > self.max_length:
+            raise ValueError(f"decoder context full: {start} + {len(tokens)} > {self.max_length}")
+        logits, new_k, new_v = self.graphs["decoder"](
+            np.asarray(tokens, dtype=np.int32),
+            self.self_k[:, :, :start],
+            self.self_v[:, :, :start],
+            *self.cross,
+        )
+        self.self_k[:, :, start:end] = new_k
+        self.self_v[:, :, start:end] = new_v
+        self.length = end
+        return self._suppress(torch.from_numpy(logits.reshape(len(tokens), -1)), start)
+
+    def rollback(self, length: int) -> None:
+        """Forget every cached position from `length` on (a rejected verify suffix)."""
+        if not self.prompt_length <= length <= self.length:
+            raise ValueError(f"cannot roll back to {length} (holding {self.length})")
+        self.length = length
+
+    def _suppress(self, scores: torch.Tensor, start: int) -> torch.Tensor:
+        scores[:, self.suppress] = -torch.inf
+        first = self.prompt_length - 1 - start  # row that predicts the first output token
+        if 0 <= first < scores.shape[0]:
+            scores[first, self.begin_suppress] = -torch.inf
+        return scores
+
+
+def mnn_available() -> bool:
+    """MNN importable (the `mnn` extra)."""
+    try:
+        import MNN  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def greedy(target: Any, encoded: Any, prompt: Sequence[int]) -> list[int]:
+    """Target-only greedy tokens of a window (the reference speculative decoding must equal)."""
+    tokens: list[int] = []
+    scores = target.prefill(encoded, prompt)
+    while len(prompt) + len(tokens) < target.max_length:
+        token = int(scores.argmax())
+        if token in target.eot_ids:
+            break
+        tokens.append(token)
+        scores = target.forward([token])[-1]
+    return tokens
