@@ -52,7 +52,7 @@ class _CrossGraph(nn.Module):
 
     def __init__(self, net: WhisperNet) -> None:
         super().__init__()
-        self.layers = net.model.decoder.layers
+        self.layers: Any = net.model.decoder.layers
         self.heads = net.shape.decoder_attention_heads
 
     def forward(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -75,10 +75,10 @@ class _DecoderGraph(nn.Module):
 
     def __init__(self, net: WhisperNet) -> None:
         super().__init__()
-        decoder = net.model.decoder
+        decoder: Any = net.model.decoder
         self.embed_tokens = decoder.embed_tokens
         self.embed_positions = decoder.embed_positions
-        self.layers = decoder.layers
+        self.layers: Any = decoder.layers
         self.layer_norm = decoder.layer_norm
         self.proj_out = net.proj_out
         self.heads = net.shape.decoder_attention_heads
