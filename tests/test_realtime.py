@@ -269,3 +269,24 @@ def test_the_openai_client_transcribes_through_the_realtime_api(server):
                 if len(completed) == len(expected):
                     break
     assert completed == expected
+
+
+def test_an_as2d_server_s_live_stream_has_deltas_and_the_same_transcripts(tmp_path, recording):
+    """With as2d, live sessions have a drafter of their own: the utterance's drafts come as
+    deltas while it is spoken, pauses' windows are decoded early, and the transcripts are
+    target-only's all the same. Streamed at twice real time, so that drafts have time to land."""
+    args = ["--target", "whisper-tiny.en", "--method", "as2d", "--language", "en"]
+    expected = _reference(recording)
+    done = "conversation.item.input_audio_transcription.completed"
+    events: list[dict[str, Any]] = []
+    with started_server([*args, "--store", str(tmp_path)]) as running:
+        url = running.url.replace("http://", "ws://") + "/v1/realtime?intent=transcription"
+        with connect(url, max_size=None, max_queue=None) as ws:
+            _session(ws)
+            for chunk in recording:
+                _append(ws, chunk)
+                time.sleep(0.05)
+            while sum(e["type"] == done for e in events) < len(expected):
+                events += _until(ws, done)
+    assert [e["transcript"] for e in events if e["type"] == done] == expected
+    assert any(e["type"] == "conversation.item.input_audio_transcription.delta" for e in events)

@@ -28,10 +28,13 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 from queue import Empty, Queue, SimpleQueue
+from typing import Any
 
 import numpy as np
+import torch
 
 from as2d.api import Transcriber
 from as2d.audio.windows import SpeechWindower
@@ -101,6 +104,8 @@ class LiveSession:
         language: the stream's, where `options.language` is None (else detected on the
             first utterance).
         background: the target's side in its own thread (False: in `push`, between blocks).
+        lock: held by the target's side whenever it uses the transcriber or its drafter (a
+            server's target, shared with its other requests).
     """
 
     def __init__(
@@ -111,6 +116,7 @@ class LiveSession:
         provisional: bool = True,
         language: str | None = None,
         background: bool = True,
+        lock: AbstractContextManager[Any] | None = None,
     ) -> None:
         self.windower = SpeechWindower(endpoint_s=endpoint_ms / 1000)
         drafter = transcriber.drafter
@@ -122,7 +128,7 @@ class LiveSession:
         self._early_sent: Window | None = None  # the pause's window handed over, if any
         self._said: SimpleQueue[LiveEvent] = SimpleQueue()
         self._pause: Window | None = None  # `windower.tentative()` after the last block
-        self._engine = _Engine(transcriber, language, self._say, lambda: self._pause)
+        self._engine = _Engine(transcriber, language, self._say, lambda: self._pause, lock)
         self._jobs: Queue[_Job | None] = Queue()
         self._thread: threading.Thread | None = None
         if background:
@@ -236,8 +242,10 @@ class _Engine:
         language: str | None,
         say: Callable[..., LiveEvent],
         tentative: Callable[[], Window | None],
+        lock: AbstractContextManager[Any] | None = None,
     ) -> None:
         self.transcriber = transcriber
+        self._lock = lock or nullcontext()
         o = transcriber.options
         self.asked = Request(o.task, o.language or language, o.request if o.task == "ask" else None)
         self._request = transcriber.tokenizer.encode(self.asked.text) if self.asked.text else []
@@ -256,6 +264,7 @@ class _Engine:
 
     def serve(self, jobs: Queue[_Job | None]) -> None:
         """Does the jobs in order until None; says provisional text while idle."""
+        torch.set_num_threads(self.transcriber.threads)  # a new thread's own setting
         while True:
             try:
                 job = jobs.get(timeout=CAPTION_EVERY_S)
@@ -275,14 +284,15 @@ class _Engine:
             raise self._error
 
     def do(self, job: _Job) -> None:
-        if job.kind == "draft":
-            self._draft(job.window, job.item)
-        elif job.kind == "early":
-            now = self._tentative()
-            if now is not None and _same(now, job.window):  # still the pause's window
-                self._decode_early(job.window, job.item)
-        else:
-            self._final(job.window, job.item)
+        with self._lock:
+            if job.kind == "draft":
+                self._draft(job.window, job.item)
+            elif job.kind == "early":
+                now = self._tentative()
+                if now is not None and _same(now, job.window):  # still the pause's window
+                    self._decode_early(job.window, job.item)
+            else:
+                self._final(job.window, job.item)
         self.caption()
 
     def caption(self) -> None:
@@ -290,8 +300,9 @@ class _Engine:
         d = self.drafter
         if d is None:
             return
-        d.poll()
-        text = d.text(self._draft_index).strip()
+        with self._lock:
+            d.poll()
+            text = d.text(self._draft_index).strip()
         if text and text != self._caption:
             self._caption = text
             self._say("delta", self._item, text=text)

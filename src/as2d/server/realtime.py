@@ -10,14 +10,17 @@ pushed to a `LiveSession`, whose events go back as OpenAI's:
     input_audio_buffer.committed          is decided: server VAD commits it)
     ...input_audio_transcription.completed  LiveEvent completed: target-only's text
 
-Sharing the one target: every call into a live session (push, finish, poll) runs in a worker
-thread holding `Engine.lock`, which the decoding thread holds for one window of an HTTP
-request at a time, so the target alternates between them window by window. Live sessions
+Sharing the one target: a live session hears its audio in a worker thread (`push`: the voice
+activity detector, no target) and does its target work in a thread of its own, holding
+`Engine.lock` for each piece (a draft handed over, a window decoded), as the decoding thread
+holds it for one window of an HTTP request at a time: the target alternates between them
+window by window. Live sessions
 have their own `Transcriber` over the engine's target, with a drafter process of their own
 for as2d (the HTTP requests' numbers its windows across their recordings): while the user
 speaks it drafts the utterance, sent as `delta`s; in a pause the target decodes the window
 that silence would cut before the endpoint is heard (`LiveSession`'s `early`), so the final
-text is most often ready when it is. Sessions share that drafter in turn; one session's
+text is most often ready when it is (target-only servers decode each utterance once it has
+ended). Sessions share that drafter in turn; one session's
 release may drop another's draft (a draft is a hint: the text does not change).
 
 At most `max_sessions` sockets are live at once; one more gets an `error` and is closed. A
@@ -168,9 +171,8 @@ class RealtimeApi:
         return LiveSession(
             self._transcriber,
             settings.endpoint_ms,
-            early=True,  # a pause's window decoded before its endpoint: the same text, sooner
             language=settings.language,
-            background=False,  # the target works in `call`, under `Engine.lock`
+            lock=self.engine.lock,  # its own thread takes the target as the HTTP requests do
         )
 
     async def call(self, work: Callable[[], T]) -> T:
@@ -243,6 +245,8 @@ class RealtimeSession:
                     return
         finally:
             reader.cancel()
+            if self.live is not None:  # the work handed over ends; its events go nowhere
+                await asyncio.to_thread(self.live.close)
 
     async def _handle(self, message: Message) -> bool:
         """One client message; False once the socket is closed."""
@@ -287,13 +291,13 @@ class RealtimeSession:
                 "session_too_long", f"a session holds {MAX_SESSION_S:g} s of audio", fatal=True
             )
         block = self.resampler.feed(data)
-        await self._say(await self.api.call(lambda: live.push(block)))
+        await self._say(await asyncio.to_thread(live.push, block))
 
     async def _commit(self) -> None:
         """Ends the utterance now (OpenAI's manual commit); later audio is a new stream."""
         live, tail = self.live, self.resampler.feed(b"", last=True)
         assert live is not None
-        events = await self.api.call(lambda: [*live.push(tail), *live.finish()])
+        events = await asyncio.to_thread(lambda: [*live.push(tail), *live.finish()])
         await self._say(events)
         await self._restart()
         if not any(e.kind == "completed" for e in events):
@@ -302,6 +306,7 @@ class RealtimeSession:
     async def _restart(self) -> None:
         """A new live stream, where the current one's audio ends (commit, clear, update)."""
         assert self.live is not None
+        await asyncio.to_thread(self.live.close)  # its work done: nothing left running
         self.heard_s += self.live.windower.received_s
         self.base, self.sent = self.last_item + 1, ""
         self.resampler = Pcm16Resampler(self.settings.rate)
@@ -311,7 +316,7 @@ class RealtimeSession:
         """Events the session decided without new audio."""
         live = self.live
         if live is not None:
-            await self._say(await self.api.call(live.poll))
+            await self._say(live.poll())  # only what its thread said: no work
 
     async def _update(self, session: object, answer: str) -> None:
         if not isinstance(session, dict):
