@@ -89,19 +89,20 @@ def stream(url: str, audio: np.ndarray, language: str | None) -> list[tuple[floa
         sender = threading.Thread(target=send)
         sender.start()
         open_items: set[str] = set()
-        while True:
+        quiet = 0.0  # seconds without an event since everything was sent and answered
+        while quiet < 2.0:
             try:
-                event = json.loads(ws.recv(timeout=30))
+                event = json.loads(ws.recv(timeout=0.25))
             except TimeoutError:
-                break
+                settled = not sender.is_alive() and not open_items
+                quiet = quiet + 0.25 if settled else 0.0
+                continue
             events.append((time.perf_counter() - start, event))
             kind, item = event["type"], event.get("item_id")
             if kind.endswith("speech_started"):
                 open_items.add(item)
             if kind.endswith("transcription.completed"):
                 open_items.discard(item)
-            if kind == "input_audio_buffer.committed" and not sender.is_alive() and not open_items:
-                break
         sender.join()
     return events
 
