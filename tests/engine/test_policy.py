@@ -232,6 +232,23 @@ def test_payoff_without_an_alone_cost_never_loses() -> None:
     assert not payoff.losing()
 
 
+def test_payoff_gives_up_on_a_drafter_that_writes_nothing_past_its_encoder() -> None:
+    """A drafter past its encoder for the window that writes nothing (asleep, stuck) loses its
+    cores after `MIN_SHARED_PASSES` such passes in a row, even while the target's own rate
+    (history lookup, 4 tokens a pass) stays within the margin; text in between starts the
+    count again."""
+    clock, committed = Clock(), 1
+    payoff = Payoff(alone_step_s=0.02, clock=clock)
+    for n in range(3 * MIN_SHARED_PASSES):
+        payoff.count(committed, silent=n % MIN_SHARED_PASSES != 0)  # text now and then
+        clock.now, committed = clock.now + 0.03, committed + 4
+    assert not payoff.losing()
+    for _ in range(MIN_SHARED_PASSES):
+        payoff.count(committed, silent=True)
+        clock.now, committed = clock.now + 0.03, committed + 4
+    assert payoff.losing() and payoff.lost
+
+
 # ---------------------------------------------------------------- which windows to draft
 
 # whisper-tiny.en on one core, its encoder padded to 30 s (encoder s on 4 s and on 30 s of

@@ -169,7 +169,8 @@ class SpeculativeDecoder:
             def before_pass(committed: int) -> bool:
                 if d is not None and d.loading:
                     payoff.restart()  # judged from the first pass the drafter could draft
-                payoff.count(committed)
+                silent = d is not None and d.encoded(index) and not d.text(index)
+                payoff.count(committed, silent)
                 return loan.take()
 
             tokens, counts = speculative_decode(
@@ -291,6 +292,7 @@ class Payoff:
     ) -> None:
         self.alone_step_s = alone_step_s
         self.passes = 0  # passes that ran since the first was counted
+        self.silent = 0  # passes in a row with the drafter past its encoder and no text
         self.lost = False  # `losing` answered True
         self._clock = clock
         self._start: float | None = None
@@ -299,10 +301,12 @@ class Payoff:
 
     def restart(self) -> None:
         """Forgets the passes so far."""
-        self.passes, self._start = 0, None
+        self.passes, self.silent, self._start = 0, 0, None
 
-    def count(self, committed: int) -> None:
-        """A pass is about to run, with `committed` output tokens so far."""
+    def count(self, committed: int, silent: bool = False) -> None:
+        """A pass is about to run, with `committed` output tokens so far; `silent`: the
+        drafter is past its encoder for the window and has written nothing of it."""
+        self.silent = self.silent + 1 if silent else 0
         now = self._clock()
         if self._start is None:
             self._start, self._first = now, committed
@@ -311,7 +315,14 @@ class Payoff:
         self._now, self._committed = now, committed
 
     def losing(self) -> bool:
-        """Whether the target would have committed more tokens alone on every core."""
+        """Whether the target would have committed more tokens alone on every core, or the
+        drafter has written nothing of the window for `MIN_SHARED_PASSES` passes past its
+        encoder (asleep or stuck: a drafter's first token follows its encoder by one of its
+        steps; the target's own rate may stay within the margin thanks to earlier text, yet
+        the drafter's cores do nothing for it)."""
+        if self.silent >= MIN_SHARED_PASSES:
+            self.lost = True
+            return True
         if self._start is None or self.alone_step_s is None or self.passes < MIN_SHARED_PASSES:
             return False
         tokens, seconds = self._committed - self._first, self._now - self._start
