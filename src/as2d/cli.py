@@ -69,7 +69,28 @@ def build_parser() -> argparse.ArgumentParser:
     draft.add_argument("--task", default="transcribe", choices=("transcribe", "translate"))
     draft.add_argument("--threads", type=int, default=None, help="default: every core")
     draft.add_argument("--store", default=None, help="default: $AS2D_CACHE/drafts")
+    add_prepare_parser(commands)
     return parser
+
+
+def add_prepare_parser(commands: argparse._SubParsersAction) -> None:
+    prepare = commands.add_parser(
+        "prepare", help="draft files and run the target's encoder ahead, for transcribe and serve"
+    )
+    prepare.add_argument("files", nargs="+", metavar="FILE")
+    prepare.add_argument("--target", default="whisper-base", help="the target of later requests")
+    prepare.add_argument("--device", default="cpu", help="the target's device: cpu or cuda[:N]")
+    prepare.add_argument("--dtype", default=None, choices=DTYPES, help="the target's weights")
+    prepare.add_argument(
+        "--threads", type=int, default=None, help="the target's threads in later requests "
+        "(part of the key; default: every core, as a request with every draft ready uses)",
+    )  # fmt: skip
+    prepare.add_argument("--drafter", default="auto")
+    prepare.add_argument("--no-drafts", action="store_true", help="the encoder's work only")
+    prepare.add_argument("--language", default=None)
+    prepare.add_argument("--task", default="transcribe", choices=("transcribe", "translate"))
+    prepare.add_argument("--endpoint-ms", type=int, default=None, metavar="MS")
+    prepare.add_argument("--store", default=None, help="default: $AS2D_CACHE/drafts")
 
 
 def add_run_options(parser: argparse.ArgumentParser) -> None:
@@ -179,6 +200,10 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--drafts", default="auto", choices=("auto", "off"), help="use drafts made by as2d draft"
     )
+    parser.add_argument(
+        "--prepared", default="auto", choices=("auto", "off"),
+        help="use the target's encoder outputs stored by as2d prepare",
+    )  # fmt: skip
     parser.add_argument("--store", default=None, help="the draft store; default $AS2D_CACHE/drafts")
     parser.add_argument("--threads", type=int, default=None, help="torch threads for the target")
     parser.add_argument("--device", default="cpu", help="the target's device: cpu or cuda[:N]")
@@ -323,6 +348,8 @@ def run_command(argv: Sequence[str] | None) -> int:
         return commands.serve(args)
     if args.command == "draft":
         return commands.draft_files(args)
+    if args.command == "prepare":
+        return commands.prepare_files(args)
     if args.command == "listen":
         return commands.listen(args)
     if args.command == "ask":
