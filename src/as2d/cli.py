@@ -158,6 +158,10 @@ def add_serve_parser(commands: argparse._SubParsersAction) -> None:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--max-upload-mb", type=float, default=200.0)
+    serve.add_argument(
+        "--max-recordings-mb", type=float, default=1024.0,
+        help="recordings sent ahead kept on disk; beyond it the least recently used go",
+    )  # fmt: skip
     serve.add_argument("--queue", type=int, default=16, help="requests waiting, then 503")
     serve.add_argument(
         "--realtime-sessions", type=int, default=4,

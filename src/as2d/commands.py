@@ -386,6 +386,8 @@ def serve(args: argparse.Namespace) -> int:
         raise UsageError(
             "--queue must be at least 1, --max-upload-mb above 0, --realtime-sessions 0 or more"
         )
+    if args.max_recordings_mb <= 0:
+        raise UsageError("--max-recordings-mb must be above 0")
     try:
         check(options)
     except ValueError as err:
@@ -395,8 +397,9 @@ def serve(args: argparse.Namespace) -> int:
 
     quiet_transformers()
     run_server(
-        options, args.host, args.port, args.max_upload_mb, args.queue, args.realtime_sessions
-    )
+        options, args.host, args.port, args.max_upload_mb, args.queue, args.realtime_sessions,
+        args.max_recordings_mb,
+    )  # fmt: skip
     return EXIT_OK
 
 
