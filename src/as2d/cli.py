@@ -239,6 +239,10 @@ def add_bench_parser(commands: argparse._SubParsersAction) -> None:
         choices=("live", "ready", "both"),
         help="as2d with its drafter process (live), with every draft made ahead (ready), both",
     )
+    bench.add_argument(
+        "--prepared", action="store_true",
+        help="also target-only and drafts-ready as2d with every encoder output made ahead",
+    )  # fmt: skip
     bench.add_argument("--cache", type=Path, default=None, help="asterisk:LANG downloads")
     bench.add_argument("--no-progress", action="store_true")
 
