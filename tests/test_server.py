@@ -33,9 +33,14 @@ LONG = DATA / "long_en.flac"
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+def store(tmp_path_factory) -> Path:
+    """The module server's store: drafts, encoder outputs, recordings."""
+    return tmp_path_factory.mktemp("drafts")
+
+
+@pytest.fixture(scope="module")
+def server(store) -> Iterator[tuple[str, subprocess.Popen[str]]]:
     """A server with a small queue (1) and upload limit (3 MB), stopped with SIGTERM."""
-    store = tmp_path_factory.mktemp("drafts")
     args = ["--queue", "1", "--max-upload-mb", "3", "--language", "en", "--store", str(store)]
     with started_server(args) as running:
         yield running.url, running.process
@@ -382,35 +387,116 @@ def test_load_of_four_clients_answers_every_request_alike(tmp_path):
     assert not [pid for pid in children if alive(pid)]
 
 
-def test_a_recording_sent_ahead_is_drafted_while_idle_and_answered_alike(server, cli_json):
+def _recording(url: str, rid: str) -> dict:
+    return json.loads(urllib.request.urlopen(f"{url}/v1/recordings/{rid}").read())
+
+
+def _delete(url: str, rid: str) -> tuple[int, dict]:
+    request = urllib.request.Request(f"{url}/v1/recordings/{rid}", method="DELETE")
+    try:
+        with urllib.request.urlopen(request) as reply:
+            return reply.status, json.loads(reply.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+def _by_id(url: str, rid: str) -> list[dict]:
+    fields = {"model": "whisper-1", "response_format": "verbose_json", "recording_id": rid}
+    status, _, body = _post(url + "/v1/audio/transcriptions", fields, None)
+    assert status == 200, body
+    return json.loads(body)["as2d"]["windows"]
+
+
+def _kept(store: Path, rid: str) -> list[Path]:
+    """Everything on disk for the recording `rid`: its upload, drafts, encoder outputs."""
+    audio = rid.removeprefix("rec_")
+    return [
+        *store.glob(f"recordings/{rid}.*"),
+        *store.glob(f"{audio}-*"),
+        *store.glob(f"encoder/{audio}"),
+    ]
+
+
+def test_a_recording_sent_ahead_is_prepared_while_idle_answered_alike_and_deleted(
+    server, store, cli_json
+):
     url, _ = server
     status, _, body = _post(url + "/v1/recordings", {}, LONG.read_bytes(), "long.flac")
     assert status == 200, body
     recording = json.loads(body)
-    assert recording["status"] in ("queued", "drafting", "ready")
-    deadline = time.monotonic() + 120
+    assert recording["status"] in ("queued", "preparing", "ready")
+    deadline = time.monotonic() + 300
     while recording["status"] != "ready" and time.monotonic() < deadline:
-        assert recording["status"] in ("queued", "drafting"), recording
+        assert recording["status"] in ("queued", "preparing"), recording
         time.sleep(0.5)
-        recording = json.loads(
-            urllib.request.urlopen(f"{url}/v1/recordings/{recording['id']}").read()
-        )
+        recording = _recording(url, recording["id"])
     assert recording["status"] == "ready" and recording["drafted_s"] == recording["duration_s"]
-    fields = {
-        "model": "whisper-1",
-        "response_format": "verbose_json",
-        "recording_id": recording["id"],
+    assert recording["prepared"] == {
+        "drafter": "auto",
+        "drafted_windows": 4,
+        "encoded_windows": 4,
+        "windows": 4,
+        "complete": True,
     }
-    status, _, body = _post(url + "/v1/audio/transcriptions", fields, None)
-    assert status == 200, body
-    windows = json.loads(body)["as2d"]["windows"]
+    windows = _by_id(url, recording["id"])
     assert [w["token_ids"] for w in windows] == [
         w["token_ids"] for w in cli_json[LONG.name]["windows"]
     ]
     assert sum(w["accepted_tokens"] for w in windows) > 0
-    with pytest.raises(urllib.error.HTTPError) as err:
-        urllib.request.urlopen(url + "/v1/recordings/rec_unknown")
-    assert err.value.code == 404
+    assert sum(w["encode_s"] for w in windows) < 0.5  # read from disk, not computed
+    assert len(_kept(store, recording["id"])) == 3
+    assert _delete(url, recording["id"]) == (
+        200,
+        {"id": recording["id"], "object": "recording.deleted", "deleted": True},
+    )
+    assert _kept(store, recording["id"]) == []
+    for rid in (recording["id"], "rec_unknown"):
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(f"{url}/v1/recordings/{rid}")
+        assert err.value.code == 404
+        status, error = _delete(url, rid)
+        assert status == 404 and "no recording" in error["error"]["message"]
+
+
+def test_recordings_on_disk_are_bounded_and_one_still_preparing_is_answered_alike(
+    tmp_path, cli_json
+):
+    """A request for a recording still being prepared takes what is there and does the rest
+    live (the same tokens); recordings beyond --max-recordings-mb go, least recently used
+    first, with everything kept for them."""
+    store = tmp_path / "store"
+    clips = [
+        DATA / "asterisk" / "en" / f"{n}.wav" for n in ("demo-nogo", "dir-instr", "tt-allbusy")
+    ]
+    sizes = [c.stat().st_size for c in clips]  # 168, 105, 144 KB
+    limit_mb = (sum(sizes) - 1) / 2**20  # the three clips do not fit, the last two do
+    args = ["--language", "en", "--store", str(store), "--max-recordings-mb", f"{limit_mb:.6f}"]
+    with started_server(args) as running:
+        url = running.url
+        status, _, body = _post(url + "/v1/recordings", {}, LONG.read_bytes(), "long.flac")
+        assert status == 200, body
+        long_id = json.loads(body)["id"]
+        time.sleep(3)  # under way: its first windows prepared, or some of them
+        windows = _by_id(url, long_id)
+        assert [w["token_ids"] for w in windows] == [
+            w["token_ids"] for w in cli_json[LONG.name]["windows"]
+        ]
+        ids = []
+        for clip in clips:
+            status, _, body = _post(url + "/v1/recordings", {}, clip.read_bytes(), clip.name)
+            assert status == 200, body
+            ids.append(json.loads(body)["id"])
+        gone, kept = [long_id, ids[0]], ids[1:]
+        for rid in gone:
+            with pytest.raises(urllib.error.HTTPError) as err:
+                urllib.request.urlopen(f"{url}/v1/recordings/{rid}")
+            assert err.value.code == 404
+        assert [_recording(url, rid)["id"] for rid in kept] == kept
+        deadline = time.monotonic() + 60  # a window being prepared as it went is removed after
+        while any(_kept(store, rid) for rid in gone) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert [p for rid in gone for p in _kept(store, rid)] == []
+        assert sum(p.stat().st_size for p in store.glob("recordings/*")) <= limit_mb * 2**20
 
 
 def test_sigterm_stops_the_server_cleanly(server):

@@ -48,6 +48,7 @@ from as2d.options import (
 from as2d.runtime.cores import thread_split
 from as2d.runtime.drafter import DrafterProcess, start_drafter
 from as2d.runtime.drafts import stored_drafts
+from as2d.runtime.prepared import PreparedEncodings, prepared_encodings
 from as2d.timestamps import AligningTarget, forced_words, segments_of, window_words
 from as2d.types import SAMPLE_RATE, RunStats, Segment, Window, WindowResult
 from as2d.writers import FileResult
@@ -293,10 +294,11 @@ class Transcriber:
             spec_options = replace(self.options, language=asked.language, task=asked.task)
             speculative.stored = stored_drafts(spec_options, audio)
             speculative.language = asked.language
+        prepared = self.prepared(audio)
         windower = self.windower()
         # `windows` reads any source that `iter_audio_blocks` reads, blocks included
         for window in self.decoder.windows(windower.windows(audio)):  # type: ignore[arg-type]
-            result, asked = self.decode_window(window, asked, request_tokens, timestamps)
+            result, asked = self.decode_window(window, asked, request_tokens, timestamps, prepared)
             tokens += len(result.token_ids)
             yield result
         wall = time.perf_counter() - start
@@ -319,14 +321,19 @@ class Transcriber:
         asked: Request,
         request_tokens: Sequence[int] = (),
         timestamps: str = "none",
+        prepared: PreparedEncodings | None = None,
     ) -> tuple[WindowResult, Request]:
         """Decode one window; returns its result and `asked` with its language (detected if
         None). `request_tokens`: the request's, for prompt lookup. `timestamps` "segment" or
-        "word": the result's segments, timed after decoding (`align_s`, not in `decode_s`)."""
+        "word": the result's segments, timed after decoding (`align_s`, not in `decode_s`).
+        `prepared`: the recording's encoder outputs stored ahead; a window found there skips
+        the encoder (`encode_s` is then the time to read it)."""
         t0 = time.perf_counter()
         decoder = self.decoder
         with decoder.lend_cores(window) as loan:
-            encoded = self.target.encode(window.audio, loan.take if loan else None)
+            encoded = prepared.get(window) if prepared is not None else None
+            if encoded is None:  # not prepared, or stale: computed as without the store
+                encoded = self.target.encode(window.audio, loan.take if loan else None)
             asked = replace(asked, language=self.target.language(encoded, asked.language))
             decoder.prepare(window, asked.language)  # sd: the drafter's encoder forward
         t1 = synced_clock(self.target.device)
@@ -344,6 +351,15 @@ class Transcriber:
             result.segments = self._segments(window, prompt, result, asked.language, with_words)
             result.align_s = synced_clock(self.target.device) - t2
         return result, asked
+
+    def prepared(self, audio: object, create: bool = False) -> PreparedEncodings | None:
+        """The store of `audio`'s encoder outputs computed ahead for this target (a file,
+        `options.prepared` "auto"), else None. Preparation saves through the same object
+        (`create`: the store is made if missing)."""
+        o = self.options
+        if o.prepared == "off" and not create:
+            return None
+        return prepared_encodings(audio, self.target, o.target, self.threads, o.drafts_dir, create)
 
     def _segments(
         self,

@@ -69,7 +69,28 @@ def build_parser() -> argparse.ArgumentParser:
     draft.add_argument("--task", default="transcribe", choices=("transcribe", "translate"))
     draft.add_argument("--threads", type=int, default=None, help="default: every core")
     draft.add_argument("--store", default=None, help="default: $AS2D_CACHE/drafts")
+    add_prepare_parser(commands)
     return parser
+
+
+def add_prepare_parser(commands: argparse._SubParsersAction) -> None:
+    prepare = commands.add_parser(
+        "prepare", help="draft files and run the target's encoder ahead, for transcribe and serve"
+    )
+    prepare.add_argument("files", nargs="+", metavar="FILE")
+    prepare.add_argument("--target", default="whisper-base", help="the target of later requests")
+    prepare.add_argument("--device", default="cpu", help="the target's device: cpu or cuda[:N]")
+    prepare.add_argument("--dtype", default=None, choices=DTYPES, help="the target's weights")
+    prepare.add_argument(
+        "--threads", type=int, default=None, help="the target's threads in later requests "
+        "(part of the key; default: every core, as a request with every draft ready uses)",
+    )  # fmt: skip
+    prepare.add_argument("--drafter", default="auto")
+    prepare.add_argument("--no-drafts", action="store_true", help="the encoder's work only")
+    prepare.add_argument("--language", default=None)
+    prepare.add_argument("--task", default="transcribe", choices=("transcribe", "translate"))
+    prepare.add_argument("--endpoint-ms", type=int, default=None, metavar="MS")
+    prepare.add_argument("--store", default=None, help="default: $AS2D_CACHE/drafts")
 
 
 def add_run_options(parser: argparse.ArgumentParser) -> None:
@@ -137,6 +158,10 @@ def add_serve_parser(commands: argparse._SubParsersAction) -> None:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--max-upload-mb", type=float, default=200.0)
+    serve.add_argument(
+        "--max-recordings-mb", type=float, default=1024.0,
+        help="recordings sent ahead kept on disk; beyond it the least recently used go",
+    )  # fmt: skip
     serve.add_argument("--queue", type=int, default=16, help="requests waiting, then 503")
     serve.add_argument(
         "--realtime-sessions", type=int, default=4,
@@ -179,6 +204,10 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--drafts", default="auto", choices=("auto", "off"), help="use drafts made by as2d draft"
     )
+    parser.add_argument(
+        "--prepared", default="auto", choices=("auto", "off"),
+        help="use the target's encoder outputs stored by as2d prepare",
+    )  # fmt: skip
     parser.add_argument("--store", default=None, help="the draft store; default $AS2D_CACHE/drafts")
     parser.add_argument("--threads", type=int, default=None, help="torch threads for the target")
     parser.add_argument("--device", default="cpu", help="the target's device: cpu or cuda[:N]")
@@ -210,6 +239,10 @@ def add_bench_parser(commands: argparse._SubParsersAction) -> None:
         choices=("live", "ready", "both"),
         help="as2d with its drafter process (live), with every draft made ahead (ready), both",
     )
+    bench.add_argument(
+        "--prepared", action="store_true",
+        help="also target-only and drafts-ready as2d with every encoder output made ahead",
+    )  # fmt: skip
     bench.add_argument("--cache", type=Path, default=None, help="asterisk:LANG downloads")
     bench.add_argument("--no-progress", action="store_true")
 
@@ -323,6 +356,8 @@ def run_command(argv: Sequence[str] | None) -> int:
         return commands.serve(args)
     if args.command == "draft":
         return commands.draft_files(args)
+    if args.command == "prepare":
+        return commands.prepare_files(args)
     if args.command == "listen":
         return commands.listen(args)
     if args.command == "ask":

@@ -1,5 +1,5 @@
-"""The bodies of the `as2d` commands that decode audio: transcribe, ask, listen, draft, serve,
-models (`cli.py` parses the command line and calls one; `eval/commands.py` has the evaluation
+"""The bodies of the `as2d` commands that decode audio: transcribe, ask, listen, draft, prepare,
+serve, models (`cli.py` parses the command line and calls one; `eval/commands.py` has the evaluation
 ones). `-` in place of a file is standard input, read as it arrives (`audio/stream.py`).
 
 Each takes the parsed arguments and returns an exit code (see `cli.py`); a problem with
@@ -265,6 +265,7 @@ def model_options(args: argparse.Namespace) -> Options:
         drafter_tail_s=args.drafter_tail,
         endpoint_ms=getattr(args, "endpoint_ms", None),
         drafts=args.drafts,
+        prepared=args.prepared,
         drafts_dir=args.store,
         timestamps=timestamps(args),
     )
@@ -312,6 +313,72 @@ def draft_files(args: argparse.Namespace) -> int:
     return EXIT_USAGE if failed == len(args.files) else EXIT_SOME_FAILED
 
 
+def prepare_files(args: argparse.Namespace) -> int:
+    """Stores each file's drafts and the target's encoder output per speech window (a later
+    `transcribe`, `ask` or `serve` with the same store uses them; `runtime/prepared.py`)."""
+    import time
+
+    from as2d.api import FILE_ERRORS, Transcriber, file_failure
+    from as2d.runtime.drafts import AheadDrafter, draft_store
+    from as2d.runtime.prepared import prepare
+
+    options = prepare_options(args)
+    spec = None if args.no_drafts else drafter_spec(options)
+    store = draft_store(Path(args.store) if args.store else None)
+    drafter = None
+    if spec is not None:
+        drafter = AheadDrafter(store, replace(spec, threads=os.cpu_count() or 1))
+    failed = 0
+    with Transcriber(options, spawn_drafter=False, warm=False) as transcriber:
+        for file in args.files:
+            start = time.perf_counter()
+            try:
+                done = prepare(Path(file), transcriber, drafter)
+            except FILE_ERRORS as err:
+                failed += 1
+                fail(file_failure(file, err), EXIT_USAGE)
+                continue
+            seconds = time.perf_counter() - start
+            what = f"drafts ({spec.name}) and " if spec is not None else ""
+            print(
+                f"{file}: prepared {done.encoded} windows: {what}{options.target}'s encoder "
+                f"on {transcriber.threads} threads, {seconds:.1f} s",
+                file=sys.stderr,
+            )
+    if failed == 0:
+        return EXIT_OK
+    return EXIT_USAGE if failed == len(args.files) else EXIT_SOME_FAILED
+
+
+def prepare_options(args: argparse.Namespace) -> Options:
+    """The Options of `as2d prepare`: those of the later requests that will find the work
+    (target, dtype, device, threads, windows, drafter), checked before any model loads."""
+    from as2d.models.targets import check_target
+
+    if args.threads is not None and args.threads < 1:
+        raise UsageError("--threads must be at least 1")
+    options = Options(
+        target=args.target,
+        device=args.device,
+        dtype=args.dtype,
+        language=args.language,
+        task=args.task,
+        drafter=args.drafter,
+        threads=args.threads,
+        endpoint_ms=args.endpoint_ms,
+        drafts_dir=args.store,
+    )
+    try:
+        check(options)
+        check_target(options)
+    except ValueError as err:
+        raise UsageError(str(err)) from err
+    missing = [file for file in args.files if not Path(file).is_file()]
+    if missing:
+        raise UsageError(f"no such file: {missing[0]}")
+    return options
+
+
 def serve(args: argparse.Namespace) -> int:
     """Serves until SIGINT/SIGTERM (see `server.py`)."""
     options = model_options(args)
@@ -319,6 +386,8 @@ def serve(args: argparse.Namespace) -> int:
         raise UsageError(
             "--queue must be at least 1, --max-upload-mb above 0, --realtime-sessions 0 or more"
         )
+    if args.max_recordings_mb <= 0:
+        raise UsageError("--max-recordings-mb must be above 0")
     try:
         check(options)
     except ValueError as err:
@@ -328,8 +397,9 @@ def serve(args: argparse.Namespace) -> int:
 
     quiet_transformers()
     run_server(
-        options, args.host, args.port, args.max_upload_mb, args.queue, args.realtime_sessions
-    )
+        options, args.host, args.port, args.max_upload_mb, args.queue, args.realtime_sessions,
+        args.max_recordings_mb,
+    )  # fmt: skip
     return EXIT_OK
 
 

@@ -51,6 +51,8 @@ class Options:
     lookahead: int = 2  # windows the drafter may run ahead of the target
     drafts: str = "auto"  # as2d: "auto" uses drafts stored before (runtime/drafts.py); "off"
     drafts_dir: str | None = None  # the draft store; None: $AS2D_CACHE/drafts
+    prepared: str = "auto"  # "auto" uses the target's encoder outputs stored ahead (`as2d
+    # prepare`, runtime/prepared.py, under drafts_dir); "off" computes every one
     # Threads: default splits the cores between target and drafter (as2d), else all cores
     threads: int | None = None  # the target's torch threads
     drafter_threads: int | None = None
@@ -168,5 +170,7 @@ def check(options: Options) -> None:
         raise ValueError(f"the endpoint must be 100-10000 ms, got {options.endpoint_ms}")
     if options.drafts not in ("auto", "off"):
         raise ValueError(f"drafts must be auto or off, got {options.drafts!r}")
+    if options.prepared not in ("auto", "off"):
+        raise ValueError(f"prepared must be auto or off, got {options.prepared!r}")
     if options.budget is not None and not 0 <= options.budget <= options.max_k:
         raise ValueError(f"budget must be between 0 and {options.max_k}, got {options.budget}")

@@ -121,6 +121,34 @@ def test_bench_with_drafts_made_ahead(dataset, tmp_path, capsys):
     assert list((out / "drafts").glob("*.json"))  # the drafts it used, kept with the results
 
 
+def test_bench_prepared_times_requests_with_and_without_the_work_made_ahead(dataset, tmp_path):
+    """`--drafts both --prepared`: target-only cold and prepared, as2d with drafts ready and
+    prepared (drafts and encoder ahead), every one identical to target-only, each with its
+    pooled request time and what was made ahead for it, in core-seconds."""
+    out = tmp_path / "out"
+    args = ["bench", str(dataset), "--methods", "target,as2d", "--drafters", "whisper-tiny.en"]
+    args += ["--budgets", "4", "--limit", "1", "--drafts", "both", "--prepared", "--no-progress"]
+    assert main([*args, "--out", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    rows = {c["name"]: c for c in summary["configs"]}
+    four = {
+        "target 2t": ("live", False),
+        "target 2t prepared": ("live", True),
+        "as2d whisper-tiny.en k=4 drafts ready": ("ready", False),
+        "as2d whisper-tiny.en k=4 drafts ready prepared": ("ready", True),
+    }
+    for name, (drafts, prepared) in four.items():
+        row = rows[name]
+        assert (row["drafts"], row["prepared"], row["identical"]) == (drafts, prepared, True)
+        assert row["request_s"] > 0
+        assert (row["preparation_core_s"] > 0) == (drafts == "ready" or prepared)
+    assert summary["baseline"] in ("target 1t", "target 2t")  # cold: it runs its own encoder
+    requests = summary["requests"]["as2d whisper-tiny.en k=4 drafts ready prepared"]
+    assert list(requests["request_s"]) == ["dir-instr"]
+    assert list((out / "drafts" / "encoder").glob("*/*.enc"))
+    assert "## Time from request to answer" in (out / "report.md").read_text()
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

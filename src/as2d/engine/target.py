@@ -89,6 +89,7 @@ class TargetAdapter(Target[Encoded], Protocol):
     takes_previous: bool  # conditions on text said before the audio (`Request.previous`)
     times_words: bool  # gives word timings (`timestamps.AligningTarget`)
     leading_space: bool  # output text starts with a space (Whisper: " Hello")
+    encoded_type: type[Encoded]  # what `encode` returns: a dataclass of tensors (prepared.py)
 
     def prompt(self, encoded: Encoded, request: Request) -> list[int]:
         """The decoder prompt for a window and request (language already resolved)."""

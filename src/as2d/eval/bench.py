@@ -84,6 +84,7 @@ class BenchRun:
     timeline: Timeline | None = None
     audio_s: float = 0.0
     drafting_s: dict[str, float] = field(default_factory=dict)  # drafts made ahead, by drafter
+    preparation_core_s: dict[str, float] = field(default_factory=dict)  # work ahead, by config
 
 
 def run_bench(
@@ -102,6 +103,8 @@ def run_bench(
     bench.drafting_s = make_drafts_ahead(configs, recordings, settings.base)
     loaded = _load(configs, settings.base, target, settings.progress)
     try:
+        encoding = make_encoders_ahead(loaded, configs, recordings)
+        bench.preparation_core_s = _preparation_core_s(configs, settings.base, bench, encoding)
         _warm_up(loaded, configs, longest)
         total = len(recordings) * settings.repeats * len(configs)
         bar = tqdm(total=total, desc="decoding", unit="run", disable=not settings.progress or None)
@@ -204,6 +207,46 @@ def make_drafts_ahead(
             drafter.draft(recording.audio)
         seconds[spec.name] = time.perf_counter() - start
     return seconds
+
+
+def make_encoders_ahead(
+    loaded: Loaded, configs: Sequence[Config], recordings: Sequence[Recording]
+) -> dict[str, float]:
+    """Runs the target's encoder over every window of every recording for each prepared
+    configuration, on its target's thread count (the store's key), into the store beside its
+    drafts, before anything is timed; returns each configuration's core-seconds (the encoder's
+    seconds x its threads; configurations on one thread count share one preparation)."""
+    from as2d.runtime.prepared import prepare
+
+    by_threads: dict[int, float] = {}
+    core_s: dict[str, float] = {}
+    for config in configs:
+        if not config.prepared:
+            continue
+        transcriber = loaded.transcribers[config]
+        threads = transcriber.threads
+        if threads not in by_threads:
+            start = time.perf_counter()
+            for recording in recordings:
+                prepare(recording.audio, transcriber, None)
+            by_threads[threads] = (time.perf_counter() - start) * threads
+        core_s[config.name] = by_threads[threads]
+    return core_s
+
+
+def _preparation_core_s(
+    configs: Sequence[Config], base: Options, bench: BenchRun, encoding: dict[str, float]
+) -> dict[str, float]:
+    """Per configuration, the core-seconds of what its requests found made ahead: its
+    drafter's drafts (made on every core) and its target's encoder outputs."""
+    cores = len(os.sched_getaffinity(0))
+    core_s = {}
+    for config in configs:
+        spec = drafter_spec(config.options(base))
+        drafts = bench.drafting_s.get(spec.name, 0.0) * cores if spec and config.drafts_ready else 0
+        if config.prepared or config.drafts_ready:
+            core_s[config.name] = drafts + encoding.get(config.name, 0.0)
+    return core_s
 
 
 def _warm_up(loaded: Loaded, configs: Sequence[Config], recording: Recording) -> None:

@@ -33,6 +33,7 @@ class Config:
     budget: int | None = None  # None: auto (speculative methods only)
     threads: int | None = None  # the target's threads; None: the library's default split
     drafts_ready: bool = False  # as2d: every draft made before the run, no drafter process
+    prepared: bool = False  # the target's encoder output of every window made before the run
 
     @property
     def budget_label(self) -> str:
@@ -44,11 +45,12 @@ class Config:
     @property
     def name(self) -> str:
         """e.g. "target 2t", "pld k=4", "as2d whisper-tiny.en k=auto"."""
-        if self.method == TARGET_ONLY:
-            return f"target {self.threads}t"
         drafter = f" {self.drafter}" if self.drafter else ""
         ready = " drafts ready" if self.drafts_ready else ""
-        return f"{self.method}{drafter} k={self.budget_label}{ready}"
+        prepared = " prepared" if self.prepared else ""
+        if self.method == TARGET_ONLY:
+            return f"target {self.threads}t{prepared}"
+        return f"{self.method}{drafter} k={self.budget_label}{ready}{prepared}"
 
     def options(self, base: Options) -> Options:
         """`base` (target, language, task) with this configuration's method and settings."""
@@ -59,6 +61,7 @@ class Config:
             budget=self.budget,
             threads=self.threads,
             drafts="auto" if self.drafts_ready else base.drafts,
+            prepared="auto" if self.prepared else "off",  # else the cold figure is not cold
         )
 
 
@@ -97,4 +100,16 @@ def with_drafts_ready(configs: Sequence[Config], mode: str) -> list[Config]:
         if mode == "both":
             out.append(config)
         out.append(replace(config, drafts_ready=True))
+    return out
+
+
+def with_prepared(configs: Sequence[Config]) -> list[Config]:
+    """Each target-only and drafts-ready configuration, then its twin whose target finds every
+    window's encoder output made ahead (`as2d bench --prepared`): target-only cold and
+    prepared, as2d with drafts ready and prepared (drafts and encoder ahead)."""
+    out: list[Config] = []
+    for config in configs:
+        out.append(config)
+        if config.method == TARGET_ONLY or config.drafts_ready:
+            out.append(replace(config, prepared=True))
     return out

@@ -83,10 +83,11 @@ def bench_dataset(args: argparse.Namespace) -> int:
 
     if args.repeats < 1:
         raise UsageError("--repeats must be at least 1")
-    from as2d.eval.catalog import with_drafts_ready
+    from as2d.eval.catalog import with_drafts_ready, with_prepared
 
     recordings, configs, base = dataset_configs(args)
     configs = with_drafts_ready(configs, args.drafts)
+    configs = with_prepared(configs) if args.prepared else configs
     base = replace(base, drafts_dir=str(args.out / "drafts"))  # drafts-ready configurations'
     prepare_output_dir(args.out, skip_existing=False)
     quiet_transformers()

@@ -56,7 +56,7 @@ def render_report(
     ]
     if bench.timeline is not None:
         lines += ["", f"Timeline of {bench.timeline.title}:", "", "![timeline](timeline.png)"]
-    lines += ["", *external_table(content)]
+    lines += ["", *external_table(content), *request_table(rows)]
     lines += [
         "",
         "## How it was run",
@@ -172,6 +172,28 @@ def subset_table(content: dict[str, object]) -> list[str]:
     floors = [noise_floor_cell(part) for part in subsets.values()]
     lines.append(f"| noise floor (> 3 %, target-only against itself) | {' | '.join(floors)} |")
     return lines
+
+
+def request_table(rows: Sequence[ConfigSummary]) -> list[str]:
+    """Time from request to answer, pooled, with what was made ahead (`--prepared`); empty
+    where nothing was."""
+    if not any(r.prepared or r.drafts == "ready" for r in rows):
+        return []
+    cold = min((r.request_s for r in rows if r.method == "target" and not r.prepared), default=0)
+    lines = [
+        "## Time from request to answer (work made ahead)",
+        "",
+        "| configuration | drafts | encoder ahead | request s (pooled) | vs target-only cold "
+        "| made ahead (core-s) | identical |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        ratio = f"{cold / r.request_s:.2f}x" if r.request_s > 0 and cold > 0 else "-"
+        lines.append(
+            f"| {r.name} | {r.drafts} | {'yes' if r.prepared else 'no'} | {r.request_s:.2f} "
+            f"| {ratio} | {r.preparation_core_s:.1f} | {'yes' if r.identical else 'NO'} |"
+        )
+    return ["", *lines]
 
 
 def table_of(content: dict[str, object]) -> str:

@@ -54,6 +54,10 @@ class ConfigSummary:
     frac_windows_alone: float = 0.0  # decoded as target-only decodes them (see the docstring)
     frac_others_slower: float | None = None  # of the other windows, the share slower; None: none
     frac_slower_3pct: float = 0.0  # windows slower than the baseline by more than 3 %
+    drafts: str = "live"  # "ready": every draft made before the request
+    prepared: bool = False  # the target's encoder output made before the request
+    request_s: float = 0.0  # pooled: each recording's median time from request to answer
+    preparation_core_s: float = 0.0  # core-seconds of the work made ahead (drafts, encoder)
 
 
 @dataclass
@@ -91,7 +95,8 @@ def measured(bench: BenchRun) -> Measured:
             for w in run.windows:
                 mine.setdefault((run.recording.name, w.index), []).append(w.encode_s + w.decode_s)
     times = _medians(samples)
-    targets = [c for c in bench.configs if c.method == TARGET_ONLY] or bench.configs[:1]
+    cold = [c for c in bench.configs if c.method == TARGET_ONLY and not c.prepared]
+    targets = cold or bench.configs[:1]  # the baseline computes its own encoder
     tokens = _tokens(bench, targets[0])
     baseline = max(targets, key=lambda c: pooled_tokens_per_s(tokens, times[c.name]))
     return Measured(_tokens(bench, baseline), samples, baseline)
@@ -139,9 +144,22 @@ def summarise(bench: BenchRun, m: Measured) -> list[ConfigSummary]:
                 frac_windows_alone=len(alone) / len(mine) if mine else 0.0,
                 frac_others_slower=len(slower - alone) / others if others else None,
                 frac_slower_3pct=len(clearly) / len(mine) if mine else 0.0,
+                drafts="ready" if config.drafts_ready else "live",
+                prepared=config.prepared,
+                request_s=sum(request_times(runs).values()),
+                preparation_core_s=bench.preparation_core_s.get(config.name, 0.0),
             )
         )
     return rows
+
+
+def request_times(runs: Sequence[RecordingRun]) -> dict[str, float]:
+    """Recording -> the median over repeats of its time from request to answer (the whole
+    `transcribe`: reading and cutting the audio, every window's encoder and decoding)."""
+    walls: dict[str, list[float]] = {}
+    for run in runs:
+        walls.setdefault(run.recording.name, []).append(run.stats.wall_s)
+    return {name: statistics.median(w) for name, w in walls.items()}
 
 
 def _decoded_as_target_only(runs: Sequence[RecordingRun]) -> set[WindowKey]:
@@ -239,7 +257,22 @@ def summary(
         "oracle": oracle,
         "as2d_auto_frac_of_oracle": frac,
         **({"drafting_s": bench.drafting_s} if bench.drafting_s else {}),
+        **({"requests": requests(bench)} if bench.preparation_core_s else {}),
         **({"timestamps": timing} if (timing := timing_costs(bench)) else {}),
+    }
+
+
+def requests(bench: BenchRun) -> dict[str, object]:
+    """Per configuration, each recording's time from request to answer (`request_times`)
+    and the core-seconds made ahead for it: what `--prepared` and `--drafts ready` compare."""
+    return {
+        config.name: {
+            "drafts": "ready" if config.drafts_ready else "live",
+            "prepared": config.prepared,
+            "request_s": request_times(_runs_of(bench, config)),
+            "preparation_core_s": bench.preparation_core_s.get(config.name, 0.0),
+        }
+        for config in bench.configs
     }
 
 
@@ -325,7 +358,11 @@ def _reference(bench: BenchRun, config: Config, baseline: Config) -> Config:
     """Whose tokens `config` must reproduce: target-only at the same thread count (another
     count may round differently), else the baseline."""
     threads = {run.threads for run in _runs_of(bench, config)}
-    same = [c for c in bench.configs if c.method == TARGET_ONLY and c.threads in threads]
+    same = [
+        c
+        for c in bench.configs
+        if c.method == TARGET_ONLY and not c.prepared and c.threads in threads
+    ]
     return same[0] if same else baseline
 
 

@@ -90,6 +90,7 @@ class ChatAudioTarget(ABC):
     takes_previous = False  # its prompt is the request; earlier text has no place in it
     times_words = False  # no cross-attention over the audio to time words with
     leading_space = False  # output starts "Hello", not Whisper's " Hello"
+    encoded_type = EncodedWindow  # what `encode` returns, and the store of prepared ones keeps
 
     def __init__(self, model: PreTrainedModel, processing: ChatProcessing) -> None:
         self.model = model.eval()

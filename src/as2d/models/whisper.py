@@ -107,6 +107,7 @@ class WhisperTarget:
     takes_previous = True  # <|startofprev|> and earlier text before the prompt
     times_words = True  # word timings from cross-attention (`alignment`)
     leading_space = True  # output text starts with a space: " Hello"
+    encoded_type = EncodedAudio  # what `encode` returns, and the store of prepared ones keeps
 
     def __init__(
         self,

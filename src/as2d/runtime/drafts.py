@@ -36,6 +36,16 @@ ONE_OFF_MIN_S = 30.0
 _BOUNDS_S = 1e-3  # a stored window matches a window cut now within this
 
 
+def audio_hash(path: Path) -> str:
+    """An audio file's content hash: its name in every store (a server recording's id is
+    "rec_" and this)."""
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()[:32]
+
+
 @dataclass(frozen=True)
 class StoredDraft:
     """One window's draft: where the window lies in the recording, and the drafter's text."""
@@ -46,10 +56,14 @@ class StoredDraft:
 
 
 class Drafts:
-    """A recording's stored drafts, read as a `DrafterProcess`'s text is (`DraftTokens`)."""
+    """A recording's stored drafts, read as a `DrafterProcess`'s text is (`DraftTokens`).
 
-    def __init__(self, windows: Sequence[StoredDraft]) -> None:
+    `complete`: every window is drafted; else the first windows only (a recording still being
+    prepared: a request takes those and drafts the rest live)."""
+
+    def __init__(self, windows: Sequence[StoredDraft], complete: bool = True) -> None:
         self.windows = list(windows)
+        self.complete = complete
 
     def covers(self, window: Window) -> bool:
         """Whether the draft of `window` (its index in the recording) is stored."""
@@ -78,12 +92,8 @@ class DraftStore:
     @staticmethod
     def key(audio: Path, spec: DrafterSpec) -> str:
         """The audio's content hash, with what made the drafts."""
-        digest = hashlib.sha256()
-        with audio.open("rb") as f:
-            while chunk := f.read(1 << 20):
-                digest.update(chunk)
         maker = f"{spec.name}|{spec.task}|{spec.language}"
-        return digest.hexdigest()[:32] + "-" + hashlib.sha256(maker.encode()).hexdigest()[:12]
+        return audio_hash(audio) + "-" + hashlib.sha256(maker.encode()).hexdigest()[:12]
 
     def load(self, key: str) -> Drafts | None:
         """The drafts stored under `key`, else None. A draft is only a hint: a file that is
@@ -94,19 +104,30 @@ class DraftStore:
         except OSError:
             return None
         try:
-            windows = [_stored_draft(w) for w in json.loads(data)["windows"]]
-        except (ValueError, KeyError, TypeError, RecursionError):
+            content = json.loads(data)
+            windows = [_stored_draft(w) for w in content["windows"]]
+            complete = content.get("complete", True)
+            if not isinstance(complete, bool):
+                raise ValueError("not a store file")
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
             with suppress(OSError):  # a read-only store: ignored all the same
                 path.unlink(missing_ok=True)
             return None
         with suppress(OSError):  # removed meanwhile (another process): read all the same
             os.utime(path)  # recently used: evicted last
-        return Drafts(windows)
+        return Drafts(windows, complete)
 
-    def save(self, key: str, windows: Iterable[StoredDraft]) -> None:
+    def save(self, key: str, windows: Iterable[StoredDraft], complete: bool = True) -> None:
+        """Stores `windows` under `key`; `complete` False: the recording's first windows only."""
         self.root.mkdir(parents=True, exist_ok=True)
-        write_atomic(self._path(key), json.dumps({"windows": [asdict(w) for w in windows]}))
+        content = {"windows": [asdict(w) for w in windows], "complete": complete}
+        write_atomic(self._path(key), json.dumps(content))
         self._evict()
+
+    def remove(self, audio: str) -> None:
+        """Removes every drafter's drafts of the audio whose content hash is `audio`."""
+        for path in self.root.glob(f"{audio}-*.json"):
+            path.unlink(missing_ok=True)
 
     def _path(self, key: str) -> Path:
         return self.root / f"{key}.json"
@@ -168,12 +189,16 @@ def drafter_needed(options: Options, files: Sequence[str], seconds: Iterable[flo
     from as2d.models.bundled import cache_root
 
     seconds = list(seconds)
-    if all(stored_drafts(options, file) is not None for file in files):
+    if all(_complete(stored_drafts(options, file)) for file in files):
         return False
     gated = options.device == "cpu" and options.draft_gate  # else every window is drafted
     if gated and sum(seconds) <= ONE_OFF_MIN_S:
         return False
     return drafting_may_pay(options, cache_root(), seconds)
+
+
+def _complete(drafts: Drafts | None) -> bool:
+    return drafts is not None and drafts.complete
 
 
 class AheadDrafter:
@@ -188,9 +213,14 @@ class AheadDrafter:
     def draft(self, audio: Path) -> None:
         """Drafts `audio` unless its drafts are stored already."""
         key = self.store.key(audio, self.spec)
-        if self.store.load(key) is None:
-            self._model = self._model or load_drafter(self.spec)
-            self.store.save(key, make_drafts(audio, self._model, self.spec) or [])
+        stored = self.store.load(key)
+        if stored is None or not stored.complete:
+            self.store.save(key, make_drafts(audio, self.model(), self.spec) or [])
+
+    def model(self) -> DraftModel:
+        """The drafter model, loaded on first use."""
+        self._model = self._model or load_drafter(self.spec)
+        return self._model
 
 
 def load_drafter(spec: DrafterSpec) -> DraftModel:
@@ -217,7 +247,12 @@ def make_drafts(
             continue  # drafted before a stop
         if stop():
             return None
-        encoded = drafter.encode(draft_audio(window, spec.tail_s), spec.language)
-        texts = [text for _, text in drafter.texts(encoded)]
-        drafts.append(StoredDraft(window.start, window.end, texts[-1] if texts else ""))
+        drafts.append(draft_window(window, drafter, spec))
     return drafts
+
+
+def draft_window(window: Window, drafter: DraftModel, spec: DrafterSpec) -> StoredDraft:
+    """`drafter`'s text of one window, its encoder input cut as `spec` says."""
+    encoded = drafter.encode(draft_audio(window, spec.tail_s), spec.language)
+    texts = [text for _, text in drafter.texts(encoded)]
+    return StoredDraft(window.start, window.end, texts[-1] if texts else "")

@@ -9,7 +9,9 @@ drafting for is unchanged: the target carries on alone).
 
 Endpoints: `POST /v1/audio/transcriptions` and `/v1/audio/translations` (OpenAI's multipart
 form; `stream=true` sends server-sent events as windows finish), `POST /v1/chat/completions`
-(audio LLM targets only: one `input_audio` part and the request as text), `GET /v1/models`,
+(audio LLM targets only: one `input_audio` part and the request as text), `POST
+/v1/recordings` and `GET`/`DELETE /v1/recordings/{id}` (recordings prepared ahead,
+`recordings.py`), `GET /v1/models`,
 `/health`, `/metrics` (Prometheus text); `/v1/realtime?intent=transcription`, OpenAI's
 Realtime transcription over a WebSocket (`realtime.py`).
 Errors are OpenAI's JSON: `{"error": {"message", "type", "param", "code"}}`.
@@ -46,7 +48,7 @@ from as2d.options import Options, drafter_spec, has_transcript_to_time
 from as2d.runtime.drafts import draft_store
 from as2d.server.decoding import ApiError, Engine, Job, Metrics
 from as2d.server.realtime import RealtimeApi
-from as2d.server.recordings import Recording, Recordings
+from as2d.server.recordings import MAX_RECORDING_BYTES, Recording, Recordings
 from as2d.types import RunStats, WindowResult
 from as2d.writers import FileResult, to_srt, to_vtt
 
@@ -74,6 +76,7 @@ class AudioApi:
             Route("/v1/chat/completions", self.chat, methods=["POST"]),
             Route("/v1/recordings", self.add_recording, methods=["POST"]),
             Route("/v1/recordings/{rid}", self.show_recording, methods=["GET"]),
+            Route("/v1/recordings/{rid}", self.delete_recording, methods=["DELETE"]),
             Route("/v1/models", self.list_models, methods=["GET"]),
             Route("/health", self.health, methods=["GET"]),
             Route("/metrics", self.prometheus, methods=["GET"]),
@@ -96,7 +99,14 @@ class AudioApi:
             recording = self._recording(request.path_params["rid"])
         except ApiError as err:
             return err.response()
-        return JSONResponse(recording.public())
+        return JSONResponse(self.engine.recordings.public(recording))
+
+    async def delete_recording(self, request: Request) -> Response:
+        """Removes a recording and everything prepared for it (OpenAI's deletion object)."""
+        rid = request.path_params["rid"]
+        if not self.engine.recordings.delete(rid):
+            return ApiError(404, f"no recording {rid!r} on this server", "recording_id").response()
+        return JSONResponse({"id": rid, "object": "recording.deleted", "deleted": True})
 
     async def _add_recording(self, request: Request) -> Response:
         """Stores an upload and answers at once; the server drafts it while idle."""
@@ -118,7 +128,7 @@ class AudioApi:
             raise ApiError(400, str(err).replace(str(path), name), "file") from None
         finally:
             path.unlink(missing_ok=True)
-        return JSONResponse(recording.public())
+        return JSONResponse(self.engine.recordings.public(recording))
 
     def _recording(self, rid: str) -> Recording:
         recording = self.engine.recordings.get(rid)
@@ -469,13 +479,18 @@ def _event(obj: dict[str, Any]) -> str:
 
 
 def create_app(
-    options: Options, max_upload_mb: float = 200, queue_size: int = 16, realtime_sessions: int = 4
+    options: Options,
+    max_upload_mb: float = 200,
+    queue_size: int = 16,
+    realtime_sessions: int = 4,
+    max_recordings_mb: float = MAX_RECORDING_BYTES / 2**20,
 ) -> Starlette:
     """The ASGI app; its models load when it starts (lifespan) and close when it stops."""
     metrics = Metrics()
     store = draft_store(Path(options.drafts_dir) if options.drafts_dir else None)
     spec = drafter_spec(options) if options.drafts == "auto" else None
-    engine = Engine(options, queue_size, metrics, Recordings(store, spec))
+    recordings = Recordings(store, spec, int(max_recordings_mb * 2**20))
+    engine = Engine(options, queue_size, metrics, recordings)
     upload_dir = Path(tempfile.mkdtemp(prefix="as2d-uploads-"))
     api = AudioApi(engine, int(max_upload_mb * 2**20), upload_dir)
 
@@ -518,6 +533,7 @@ def serve(
     max_upload_mb: float,
     queue_size: int,
     realtime_sessions: int = 4,
+    max_recordings_mb: float = MAX_RECORDING_BYTES / 2**20,
 ) -> None:
     """Runs the server until SIGINT/SIGTERM: uvicorn stops taking requests, answers those in
     flight, and the lifespan closes the models.
@@ -529,7 +545,7 @@ def serve(
     # stderr (through logging's last resort). Its errors (a temporary file that cannot be
     # made) are still shown.
     logging.getLogger("python_multipart").setLevel(logging.ERROR)
-    app = create_app(options, max_upload_mb, queue_size, realtime_sessions)
+    app = create_app(options, max_upload_mb, queue_size, realtime_sessions, max_recordings_mb)
     config = uvicorn.Config(
         app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=300
     )

@@ -141,7 +141,7 @@ class Engine:
         self._watch(transcriber)
         self.ready.set()
         try:
-            while (job := self._next_job()) is not None:
+            while (job := self._next_job(transcriber)) is not None:
                 self.metrics.queue.set(self.jobs.qsize())
                 if not job.cancelled.is_set():
                     self._decode(transcriber, job)
@@ -164,15 +164,19 @@ class Engine:
         except Exception:
             return Transcriber(self.options, shared_target=target, spawn_drafter=False)
 
-    def _next_job(self) -> Job | None:
-        """The next request; meanwhile stored recordings are drafted (`Recordings`)."""
+    def _next_job(self, transcriber: Any) -> Job | None:
+        """The next request; meanwhile stored recordings are prepared (`Recordings`)."""
         while True:
-            if self.recordings.spec is not None and self.recordings.pending() is not None:
-                self.recordings.draft_some(busy=lambda: not self.jobs.empty())
+            if self.recordings.pending() is not None:
+                self.recordings.prepare_some(self._busy, transcriber, self.lock)
             try:
                 return self.jobs.get(timeout=0.2)  # a recording may be added meanwhile
             except queue.Empty:
                 continue
+
+    def _busy(self) -> bool:
+        """Whether a request waits (preparation stops for it)."""
+        return not self.jobs.empty()
 
     def _watch(self, transcriber: Any) -> None:
         drafter = transcriber.drafter
