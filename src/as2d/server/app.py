@@ -37,6 +37,7 @@ import uvicorn
 from prometheus_client import generate_latest
 from starlette.applications import Starlette
 from starlette.datastructures import UploadFile
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -44,6 +45,7 @@ from starlette.routing import Route
 from as2d.models.targets import check_language, target_languages
 from as2d.options import Options, drafter_spec, has_transcript_to_time
 from as2d.runtime.drafts import draft_store
+from as2d.server.access import Access, AccessMiddleware
 from as2d.server.decoding import ApiError, Engine, Job, Metrics
 from as2d.server.realtime import RealtimeApi
 from as2d.server.recordings import Recording, Recordings
@@ -469,9 +471,15 @@ def _event(obj: dict[str, Any]) -> str:
 
 
 def create_app(
-    options: Options, max_upload_mb: float = 200, queue_size: int = 16, realtime_sessions: int = 4
+    options: Options,
+    max_upload_mb: float = 200,
+    queue_size: int = 16,
+    realtime_sessions: int = 4,
+    access: Access | None = None,
 ) -> Starlette:
-    """The ASGI app; its models load when it starts (lifespan) and close when it stops."""
+    """The ASGI app; its models load when it starts (lifespan) and close when it stops.
+    Every request passes `access` (the key, the origins) first."""
+    access = access or Access()  # None: no key, no foreign origin
     metrics = Metrics()
     store = draft_store(Path(options.drafts_dir) if options.drafts_dir else None)
     spec = drafter_spec(options) if options.drafts == "auto" else None
@@ -491,7 +499,9 @@ def create_app(
             live.close()
             shutil.rmtree(upload_dir, ignore_errors=True)
 
-    return Starlette(routes=[*api.routes(), live.route()], lifespan=lifespan)
+    routes = [*api.routes(), live.route()]
+    middleware = [Middleware(AccessMiddleware, access=access)]
+    return Starlette(routes=routes, middleware=middleware, lifespan=lifespan)
 
 
 class _Server(uvicorn.Server):
@@ -518,6 +528,7 @@ def serve(
     max_upload_mb: float,
     queue_size: int,
     realtime_sessions: int = 4,
+    access: Access | None = None,
 ) -> None:
     """Runs the server until SIGINT/SIGTERM: uvicorn stops taking requests, answers those in
     flight, and the lifespan closes the models.
@@ -529,7 +540,7 @@ def serve(
     # stderr (through logging's last resort). Its errors (a temporary file that cannot be
     # made) are still shown.
     logging.getLogger("python_multipart").setLevel(logging.ERROR)
-    app = create_app(options, max_upload_mb, queue_size, realtime_sessions)
+    app = create_app(options, max_upload_mb, queue_size, realtime_sessions, access)
     config = uvicorn.Config(
         app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=300
     )

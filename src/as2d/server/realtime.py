@@ -48,6 +48,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from as2d.live import DEFAULT_ENDPOINT_MS, LiveEvent, LiveSession
 from as2d.models.targets import check_language, target_languages
+from as2d.server.access import chosen_subprotocol, offers_beta
 from as2d.server.decoding import Engine
 from as2d.types import SAMPLE_RATE
 
@@ -137,7 +138,7 @@ class RealtimeApi:
         return WebSocketRoute("/v1/realtime", self.endpoint)
 
     async def endpoint(self, ws: WebSocket) -> None:
-        await ws.accept()
+        await ws.accept(subprotocol=chosen_subprotocol(ws.scope))  # a browser's key: access.py
         if ws.query_params.get("intent") != "transcription":
             await _refuse(ws, "unsupported_intent", "this server serves intent=transcription")
             return
@@ -147,7 +148,7 @@ class RealtimeApi:
             return
         self.sessions += 1
         self.gauge.set(self.sessions)
-        beta = "realtime=v1" in ws.headers.get("openai-beta", "")
+        beta = "realtime=v1" in ws.headers.get("openai-beta", "") or offers_beta(ws.scope)
         try:
             await RealtimeSession(self, ws, beta).run()
         except (WebSocketDisconnect, OSError, RuntimeError):
