@@ -47,6 +47,7 @@ from as2d.options import Options, drafter_spec, has_transcript_to_time
 from as2d.runtime.drafts import draft_store
 from as2d.server.access import Access, AccessMiddleware
 from as2d.server.decoding import ApiError, Engine, Job, Metrics
+from as2d.server.page import PageApi
 from as2d.server.realtime import RealtimeApi
 from as2d.server.recordings import Recording, Recordings
 from as2d.types import RunStats, WindowResult
@@ -478,7 +479,7 @@ def create_app(
     access: Access | None = None,
 ) -> Starlette:
     """The ASGI app; its models load when it starts (lifespan) and close when it stops.
-    Every request passes `access` (the key, the origins) first."""
+    Every request passes `access` (the key, the origins) first; `/` is the page."""
     access = access or Access()  # None: no key, no foreign origin
     metrics = Metrics()
     store = draft_store(Path(options.drafts_dir) if options.drafts_dir else None)
@@ -499,7 +500,8 @@ def create_app(
             live.close()
             shutil.rmtree(upload_dir, ignore_errors=True)
 
-    routes = [*api.routes(), live.route()]
+    page = PageApi(engine, access.api_key is not None)
+    routes = [*page.routes(), *api.routes(), live.route()]
     middleware = [Middleware(AccessMiddleware, access=access)]
     return Starlette(routes=routes, middleware=middleware, lifespan=lifespan)
 
