@@ -30,8 +30,8 @@ const page = {
   live: null, // the running live session
   // what was shown, for tests: finals ({item, text, delay}) in order, every provisional text
   // per item, the error lines, the file's text and downloads, the seconds of audio sent, the
-  // count of each server event
-  seen: { finals: [], provisional: {}, errors: [], file: null, sentS: 0, events: {} },
+  // count of each server event and each item's events in order
+  seen: { finals: [], provisional: {}, errors: [], file: null, sentS: 0, events: {}, items: {} },
 };
 window.as2dPage = page.seen;
 
@@ -220,6 +220,7 @@ function sendAudio(live, buffer) {
 function onEvent(live, event) {
   const item = event.item_id;
   page.seen.events[event.type] = (page.seen.events[event.type] || 0) + 1;
+  if (item) (page.seen.items[item] ||= []).push(event.type);
   if (event.type === "session.updated") {
     startAudio(live).catch((err) => failLive(live, `The audio could not start: ${err.message}`));
   } else if (event.type === EVENT.started) {
