@@ -128,6 +128,7 @@ class Browser:
 
         height = int(self.js("Math.ceil(document.body.lastElementChild.getBoundingClientRect()"
                              ".bottom + window.scrollY + 16)"))  # fmt: skip
+        self.call("Emulation.setScrollbarsHidden", hidden=True)
         self.call(
             "Emulation.setDeviceMetricsOverride",
             width=1000, height=min(height, 4000), deviceScaleFactor=1, mobile=False,

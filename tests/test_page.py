@@ -36,7 +36,9 @@ from browser import MISSING, Browser, find_chromium
 
 DATA = Path(__file__).parent / "data" / "asterisk" / "en"
 LIVE_CLIPS = ["dir-instr.wav", "vm-newuser.wav"]  # the microphone: these, a pause after each
+LANGUAGE = "en"  # chosen on the page: English drafts (tiny.en); the CLI detects it
 FILE_CLIP = DATA / "conf-usermenu.wav"
+WARM_CLIP = DATA / "queue-periodic-announce.wav"  # the keyed server's first live session
 OUT = Path(__file__).parents[1] / "test-out" / "page"  # screenshots and the delays measured
 KEY = "page-test-key"
 ASKED = "This server needs an API key (--api-key): enter it above."  # the page's first line
@@ -89,14 +91,21 @@ def keyed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 
 def _warm(server: Server, headers: dict[str, str]) -> None:
-    """One utterance over the socket before the page's: the live sessions' drafter process
-    starts with the first (as `scripts/realtime_bench.py` leaves its first call out)."""
-    audio = np.concatenate([load_audio(str(FILE_CLIP)), np.zeros(SAMPLE_RATE, np.float32)])
+    """One utterance over the socket before the page's, in real time as a microphone sends
+    it: the live sessions' drafter process starts with the first session (as
+    `scripts/realtime_bench.py` leaves its first call out). Not faster than real time: a
+    burst (a whole clip in one append) left that drafter idle for the next session's first
+    utterance."""
+    audio = np.concatenate([load_audio(str(WARM_CLIP)), np.zeros(SAMPLE_RATE, np.float32)])
     pcm = (np.clip(soxr.resample(audio, SAMPLE_RATE, 24_000), -1, 1) * 32767).astype("<i2")
     url = server.url.replace("http", "ws") + "/v1/realtime?intent=transcription"
     with connect(url, additional_headers=headers, max_size=None) as ws:
-        ws.send(json.dumps({"type": "input_audio_buffer.append",
-                            "audio": base64.b64encode(pcm.tobytes()).decode()}))  # fmt: skip
+        session = {"input_audio_transcription": {"model": "whisper-1", "language": LANGUAGE}}
+        ws.send(json.dumps({"type": "transcription_session.update", "session": session}))
+        for at in range(0, len(pcm), 2400):  # 100 ms appends, every 100 ms
+            chunk = base64.b64encode(pcm[at : at + 2400].tobytes()).decode()
+            ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": chunk}))
+            time.sleep(0.1)
         ws.send(json.dumps({"type": "input_audio_buffer.commit"}))
         quiet = 300.0  # then, after a final, 3 s without an event: it was the last
         while True:
@@ -116,14 +125,16 @@ def target_only(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         yield server
 
 
-def _open(browser: Browser, url: str, key: str | None) -> None:
-    """The page at `url`, with `key` entered where it asks for one."""
+def _open(browser: Browser, url: str, key: str | None, language: str = "") -> None:
+    """The page at `url`, with `key` entered where it asks for one, and `language` chosen
+    ("": auto)."""
     browser.open(url)
     if key is not None:
         browser.wait("!document.getElementById('key-form').hidden", 30)
         browser.js(f"document.getElementById('key').value = {json.dumps(key)}")
         browser.click("#key-form button")
     browser.wait("document.getElementById('language').options.length > 1", 30)
+    browser.js(f"document.getElementById('language').value = {json.dumps(language)}")
 
 
 BOTH_SHOWN = (
@@ -158,7 +169,7 @@ def test_live_finals_equal_target_only_window_for_window(
     server: Server = request.getfixturevalue("keyed" if method == "as2d" else "target_only")
     browser = Browser(chromium, recording)
     try:
-        _open(browser, server.url + "/", KEY if method == "as2d" else None)
+        _open(browser, server.url + "/", KEY if method == "as2d" else None, LANGUAGE)
         mode = browser.text("#server")
         assert ("live: as2d" if method == "as2d" else "live: target-only") in mode
         seen = _live(browser, len(expected), method)
@@ -297,3 +308,14 @@ def test_a_busy_server_shows_its_line(chromium: str, keyed: Server) -> None:
         f"The server is busy: {SESSIONS} realtime sessions are live (--realtime-sessions). "
         "Try again later."
     )
+
+
+def test_a_file_the_server_cannot_read_shows_its_line(chromium: str, keyed: Server) -> None:
+    browser = Browser(chromium)
+    try:
+        _open(browser, keyed.url + "/", KEY)
+        browser.choose_file("#file", DATA / "transcripts.txt")
+        line = _error_line(browser, 1)  # after the page's request for the key
+    finally:
+        browser.close()
+    assert line.startswith("transcripts.txt: ") and len(line.splitlines()) == 1

@@ -420,7 +420,7 @@ function finishUpload(file, request, timer, started) {
     fileStatus("");
     const message = body && body.error ? body.error.message : `${request.status} ${request.statusText}`;
     if (request.status === 401) askForKey(`The server refused the key: ${message}`);
-    else showError(`${file.name}: ${message}`);
+    else showError(message.startsWith(file.name) ? message : `${file.name}: ${message}`);
     return;
   }
   const seconds = ((performance.now() - started) / 1000).toFixed(1);
