@@ -167,6 +167,16 @@ def add_serve_parser(commands: argparse._SubParsersAction) -> None:
         "--realtime-sessions", type=int, default=4,
         help="live WebSocket sessions at once (/v1/realtime), then refused",
     )  # fmt: skip
+    serve.add_argument(
+        "--api-key", default=None, metavar="KEY",
+        help="every request must carry it (default: $AS2D_API_KEY); without one, the server "
+        "listens on 127.0.0.1 only",
+    )  # fmt: skip
+    serve.add_argument(
+        "--allow-origin", action="append", default=[], metavar="ORIGIN",
+        help="a web page's origin allowed besides the server's own (e.g. https://example.org; "
+        "repeat for more, * for any)",
+    )  # fmt: skip
     add_model_options(serve)
 
 

@@ -392,6 +392,13 @@ def serve(args: argparse.Namespace) -> int:
         check(options)
     except ValueError as err:
         raise UsageError(str(err)) from err
+    from as2d.server.access import KEY_ENV, server_access
+
+    try:
+        key = args.api_key or os.environ.get(KEY_ENV) or None
+        access = server_access(key, args.allow_origin, args.host)
+    except ValueError as err:
+        raise UsageError(str(err)) from err
     check_address(args.host, args.port)
     from as2d.server import serve as run_server
 
@@ -399,6 +406,7 @@ def serve(args: argparse.Namespace) -> int:
     run_server(
         options, args.host, args.port, args.max_upload_mb, args.queue, args.realtime_sessions,
         args.max_recordings_mb,
+        access,
     )  # fmt: skip
     return EXIT_OK
 

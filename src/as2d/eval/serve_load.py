@@ -48,6 +48,8 @@ def started_server(args: Sequence[str], start_s: float = 180.0) -> Iterator[Serv
             try:
                 urllib.request.urlopen(server.url + "/health", timeout=2)
                 break
+            except urllib.error.HTTPError:
+                break  # answered (401: the server wants a key): it is up
             except OSError:
                 if process.poll() is not None or time.monotonic() > deadline:
                     stderr = process.stderr.read() if process.stderr else ""

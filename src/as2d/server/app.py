@@ -39,6 +39,7 @@ import uvicorn
 from prometheus_client import generate_latest
 from starlette.applications import Starlette
 from starlette.datastructures import UploadFile
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -46,7 +47,9 @@ from starlette.routing import Route
 from as2d.models.targets import check_language, target_languages
 from as2d.options import Options, drafter_spec, has_transcript_to_time
 from as2d.runtime.drafts import draft_store
+from as2d.server.access import Access, AccessMiddleware
 from as2d.server.decoding import ApiError, Engine, Job, Metrics
+from as2d.server.page import PageApi
 from as2d.server.realtime import RealtimeApi
 from as2d.server.recordings import MAX_RECORDING_BYTES, Recording, Recordings
 from as2d.types import RunStats, WindowResult
@@ -484,8 +487,11 @@ def create_app(
     queue_size: int = 16,
     realtime_sessions: int = 4,
     max_recordings_mb: float = MAX_RECORDING_BYTES / 2**20,
+    access: Access | None = None,
 ) -> Starlette:
-    """The ASGI app; its models load when it starts (lifespan) and close when it stops."""
+    """The ASGI app; its models load when it starts (lifespan) and close when it stops.
+    Every request passes `access` (the key, the origins) first; `/` is the page."""
+    access = access or Access()  # None: no key, no foreign origin
     metrics = Metrics()
     store = draft_store(Path(options.drafts_dir) if options.drafts_dir else None)
     spec = drafter_spec(options) if options.drafts == "auto" else None
@@ -506,7 +512,10 @@ def create_app(
             live.close()
             shutil.rmtree(upload_dir, ignore_errors=True)
 
-    return Starlette(routes=[*api.routes(), live.route()], lifespan=lifespan)
+    page = PageApi(engine, access.api_key is not None)
+    routes = [*page.routes(), *api.routes(), live.route()]
+    middleware = [Middleware(AccessMiddleware, access=access)]
+    return Starlette(routes=routes, middleware=middleware, lifespan=lifespan)
 
 
 class _Server(uvicorn.Server):
@@ -534,6 +543,7 @@ def serve(
     queue_size: int,
     realtime_sessions: int = 4,
     max_recordings_mb: float = MAX_RECORDING_BYTES / 2**20,
+    access: Access | None = None,
 ) -> None:
     """Runs the server until SIGINT/SIGTERM: uvicorn stops taking requests, answers those in
     flight, and the lifespan closes the models.
@@ -545,7 +555,9 @@ def serve(
     # stderr (through logging's last resort). Its errors (a temporary file that cannot be
     # made) are still shown.
     logging.getLogger("python_multipart").setLevel(logging.ERROR)
-    app = create_app(options, max_upload_mb, queue_size, realtime_sessions, max_recordings_mb)
+    app = create_app(
+        options, max_upload_mb, queue_size, realtime_sessions, max_recordings_mb, access
+    )
     config = uvicorn.Config(
         app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=300
     )

@@ -6,6 +6,7 @@ pushed to a `LiveSession`, whose events go back as OpenAI's:
 
     input_audio_buffer.speech_started   LiveEvent speech_started
     ...input_audio_transcription.delta  LiveEvent delta, where it extends the text sent
+    as2d.input_audio_transcription.provisional  LiveEvent delta: the whole caption (ours)
     input_audio_buffer.speech_stopped   LiveEvent speech_stopped (the utterance's window
     input_audio_buffer.committed          is decided: server VAD commits it)
     ...input_audio_transcription.completed  LiveEvent completed: target-only's text
@@ -48,6 +49,8 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from as2d.live import DEFAULT_ENDPOINT_MS, LiveEvent, LiveSession
 from as2d.models.targets import check_language, target_languages
+from as2d.options import Options
+from as2d.server.access import chosen_subprotocol, offers_beta
 from as2d.server.decoding import Engine
 from as2d.types import SAMPLE_RATE
 
@@ -59,6 +62,7 @@ POLL_S = 0.05  # while no message comes, events ready in the session are asked f
 INBOX = 32  # messages read ahead of the session; then the socket waits (backpressure)
 CLOSE_TRY_LATER = 1013  # WebSocket close code: the server is at its limit
 CLOSE_POLICY = 1008  # WebSocket close code: a request the server will not serve
+PROVISIONAL = "as2d.input_audio_transcription.provisional"  # ours: the whole caption so far
 
 T = TypeVar("T")
 
@@ -137,7 +141,7 @@ class RealtimeApi:
         return WebSocketRoute("/v1/realtime", self.endpoint)
 
     async def endpoint(self, ws: WebSocket) -> None:
-        await ws.accept()
+        await ws.accept(subprotocol=chosen_subprotocol(ws.scope))  # a browser's key: access.py
         if ws.query_params.get("intent") != "transcription":
             await _refuse(ws, "unsupported_intent", "this server serves intent=transcription")
             return
@@ -147,7 +151,7 @@ class RealtimeApi:
             return
         self.sessions += 1
         self.gauge.set(self.sessions)
-        beta = "realtime=v1" in ws.headers.get("openai-beta", "")
+        beta = "realtime=v1" in ws.headers.get("openai-beta", "") or offers_beta(ws.scope)
         try:
             await RealtimeSession(self, ws, beta).run()
         except (WebSocketDisconnect, OSError, RuntimeError):
@@ -162,9 +166,7 @@ class RealtimeApi:
             from as2d.api import Transcriber
 
             e = self.engine
-            method = (
-                "as2d" if e.options.method == "as2d" and e.options.device == "cpu" else "target"
-            )
+            method = live_method(e.options)
             options = replace(e.options, method=method, threads=e.threads, timestamps="none")
             # as2d: a drafter process of the live sessions' own (see the module's docstring)
             self._transcriber = Transcriber(options, shared_target=e.target, warm=False)
@@ -187,6 +189,12 @@ class RealtimeApi:
             check_language(target, target_languages(target), settings.language, "transcribe")
         except ValueError as err:
             raise RealtimeError("invalid_language", str(err)) from None
+
+
+def live_method(options: Options) -> str:
+    """How live sessions decode: as2d drafts on the CPU beside a CPU target, else the target
+    decodes alone (finals only, no provisional text)."""
+    return "as2d" if options.method == "as2d" and options.device == "cpu" else "target"
 
 
 def _locked(lock: threading.Lock, threads: int, work: Callable[[], T]) -> T:
@@ -352,12 +360,7 @@ class RealtimeSession:
             return [{"type": "input_audio_buffer.speech_started", "audio_start_ms": ms,
                      "item_id": item}]  # fmt: skip
         if event.kind == "delta":
-            delta = caption_delta(self.sent, event.text)
-            if delta is None:
-                return []
-            self.sent = event.text
-            return [{"type": "conversation.item.input_audio_transcription.delta",
-                     "item_id": item, "content_index": 0, "delta": delta}]  # fmt: skip
+            return self._deltas(item, event.text)
         if event.kind == "speech_stopped":
             ms = round((self.heard_s + event.end_s) * 1000)
             previous, self.previous, self.sent = self.previous, item, ""
@@ -369,6 +372,17 @@ class RealtimeSession:
             ]  # fmt: skip
         return [{"type": "conversation.item.input_audio_transcription.completed",
                  "item_id": item, "content_index": 0, "transcript": event.text}]  # fmt: skip
+
+    def _deltas(self, item: str, text: str) -> list[dict[str, Any]]:
+        """OpenAI's delta where the caption grows, and ours with the whole caption, which
+        may revise it (OpenAI clients ignore an event type they do not know)."""
+        provisional = {"type": PROVISIONAL, "item_id": item, "content_index": 0, "text": text}
+        delta = caption_delta(self.sent, text)
+        if delta is None:
+            return [provisional]
+        self.sent = text
+        return [{"type": "conversation.item.input_audio_transcription.delta",
+                 "item_id": item, "content_index": 0, "delta": delta}, provisional]  # fmt: skip
 
     def _session(self) -> dict[str, Any]:
         """The session as OpenAI describes it: the beta's fields, or the GA's nested ones."""
