@@ -19,6 +19,7 @@ import soundfile as sf
 
 from as2d.api import Transcriber
 from as2d.audio.load import load_audio
+from as2d.audio.windows import SpeechWindower
 from as2d.options import Options
 from as2d.types import SAMPLE_RATE
 
@@ -190,3 +191,23 @@ def test_the_api_on_a_generator_of_blocks_is_the_array_whole():
         assert len(consumed) < len(audio) / 5923  # the first window came before the end
         streamed = [first.token_ids, *(w.token_ids for w in run)]
     assert len(whole) == 2 and streamed == whole
+
+
+def test_as2d_on_a_live_source_gives_each_window_once_it_is_decided():
+    """as2d reads a file's windows ahead of the target for its drafter, but never a live
+    source's: the next window is decided only when its audio comes, so each window comes as
+    soon as the windower has decided it, not at the end of the stream (issue 39, 1)."""
+    audio = load_audio(LONG_EN)[: 60 * SAMPLE_RATE]
+    heard = [0]
+
+    def blocks() -> Iterator[np.ndarray]:
+        for at in range(0, len(audio), 5923):
+            heard[0] = at + 5923
+            yield audio[at : at + 5923]
+
+    decided = [heard[0] for _ in SpeechWindower(endpoint_s=0.6).windows(blocks())]
+    options = Options(target="whisper-tiny.en", method="as2d", endpoint_ms=600)
+    with Transcriber(options) as transcriber:
+        given = [heard[0] for _ in transcriber.transcribe(blocks())]
+    assert len(decided) > 2
+    assert given[:-1] == decided[:-1]  # the last one is decided by the stream's end

@@ -293,6 +293,7 @@ class Transcriber:
             spec_options = replace(self.options, language=asked.language, task=asked.task)
             speculative.stored = stored_drafts(spec_options, audio)
             speculative.language = asked.language
+            speculative.ahead = isinstance(audio, (str, Path, np.ndarray))  # not a live source
         windower = self.windower()
         # `windows` reads any source that `iter_audio_blocks` reads, blocks included
         for window in self.decoder.windows(windower.windows(audio)):  # type: ignore[arg-type]
