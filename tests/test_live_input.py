@@ -133,13 +133,36 @@ def test_the_first_window_is_printed_before_stdin_ends(files):
 
 
 def test_garbage_on_stdin_is_one_line_and_exit_2():
-    for options in ([], ["--input-format", "s16le"]):
-        data = b"this is not audio\n" * 100 + (b"!" if options else b"")
-        proc = as2d("transcribe", "-", *FAST, *options, stdin=data)
-        err = proc.stderr.decode()
-        assert proc.returncode == 2 and proc.stdout == b""
-        assert len(err.splitlines()) == 1 and err.startswith("as2d: error: stdin: ")
-        assert "Traceback" not in err
+    proc = as2d("transcribe", "-", *FAST, stdin=b"this is not audio\n" * 100)
+    err = proc.stderr.decode()
+    assert proc.returncode == 2 and proc.stdout == b""
+    assert len(err.splitlines()) == 1 and err.startswith("as2d: error: stdin: ")
+    assert "Traceback" not in err
+
+
+def test_a_stray_byte_after_raw_pcm_keeps_every_sample_and_warns(files, tmp_path):
+    """One byte past the last whole sample: the samples before it are decoded as ever, and
+    one warning says the byte was dropped (it used to cost the whole last window)."""
+    path, expected = files["clip_pcm"]
+    pcm = sf.read(path, dtype="int16")[0].tobytes() + b"\x01"
+    proc = as2d(
+        "transcribe", "-", *FAST, "--input-format", "s16le", "--format", "json", "-o", tmp_path,
+        stdin=pcm,
+    )  # fmt: skip
+    err = proc.stderr.decode().splitlines()
+    assert proc.returncode == 0, err
+    assert err[0] == (
+        "as2d: warning: stdin: raw PCM ends inside a sample frame: its last 1 byte dropped"
+    )
+    assert window_tokens(tmp_path / "stdin.json") == expected
+
+
+@pytest.mark.parametrize("options", [[], ["--input-format", "s16le"]])
+def test_empty_stdin_says_it_is_empty(options):
+    proc = as2d("transcribe", "-", *FAST, *options, stdin=b"")
+    err = proc.stderr.decode()
+    assert proc.returncode == 2 and proc.stdout == b""
+    assert err.splitlines() == ["as2d: error: stdin: empty: no audio data came"]
 
 
 def test_listen_without_sounddevice_is_one_line_and_exit_2():
