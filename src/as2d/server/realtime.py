@@ -59,6 +59,7 @@ POLL_S = 0.05  # while no message comes, events ready in the session are asked f
 INBOX = 32  # messages read ahead of the session; then the socket waits (backpressure)
 CLOSE_TRY_LATER = 1013  # WebSocket close code: the server is at its limit
 CLOSE_POLICY = 1008  # WebSocket close code: a request the server will not serve
+ECHO_CHARS = 64  # of a client's value quoted back in an error (an unknown type may be huge)
 
 T = TypeVar("T")
 
@@ -278,7 +279,7 @@ class RealtimeSession:
         elif kind in ("session.update", "transcription_session.update"):
             await self._update(event.get("session"), kind.replace(".update", ".updated"))
         else:
-            raise RealtimeError("unknown_event", f"unknown event type {kind!r}")
+            raise RealtimeError("unknown_event", f"unknown event type {_cut(kind)}")
 
     async def _append(self, audio: object) -> None:
         data = _pcm(audio)
@@ -299,8 +300,9 @@ class RealtimeSession:
         assert live is not None
         events = await asyncio.to_thread(lambda: [*live.push(tail), *live.finish()])
         await self._say(events)
+        said = self.last_item >= self.base  # an item of this stream: server VAD's, or now
         await self._restart()
-        if not any(e.kind == "completed" for e in events):
+        if not said:  # nothing new after server VAD's last item is not an error
             raise RealtimeError("input_audio_buffer_commit_empty", "the buffer holds no speech")
 
     async def _restart(self) -> None:
@@ -404,6 +406,8 @@ def _parse(message: Message) -> dict[str, Any]:
         event = json.loads(message["text"])
     except ValueError:
         raise RealtimeError("invalid_json", "the message is not JSON") from None
+    except RecursionError:
+        raise RealtimeError("invalid_json", "the message nests too deeply") from None
     if not isinstance(event, dict):
         raise RealtimeError("invalid_json", "an event is a JSON object")
     return event
@@ -413,12 +417,17 @@ def _pcm(audio: object) -> bytes:
     """An append's PCM16 bytes, checked."""
     if not isinstance(audio, str):
         raise RealtimeError("invalid_audio", "audio must be base64 text")
-    if len(audio) > MAX_APPEND_BYTES * 4 // 3 + 4:
-        raise RealtimeError("audio_too_large", f"an append holds {MAX_APPEND_BYTES} bytes at most")
+    too_large = RealtimeError(
+        "audio_too_large", f"an append holds {MAX_APPEND_BYTES} bytes at most"
+    )
+    if len(audio) > -(-MAX_APPEND_BYTES // 3) * 4:  # base64: 4 characters per 3 bytes
+        raise too_large
     try:
         data = base64.b64decode(audio, validate=True)
     except (binascii.Error, ValueError):
         raise RealtimeError("invalid_base64", "audio is not base64") from None
+    if len(data) > MAX_APPEND_BYTES:
+        raise too_large
     if len(data) % 2:
         raise RealtimeError("invalid_audio", "pcm16 audio holds an even number of bytes")
     return data
@@ -447,6 +456,19 @@ def _settings(session: dict[str, Any], current: Settings) -> Settings:
     return Settings(
         rate=rate,
         model=str(transcription.get("model", current.model)),
-        language=transcription.get("language", current.language) or None,
+        language=_language(transcription.get("language", current.language)),
         endpoint_ms=endpoint,
     )
+
+
+def _language(language: object) -> str | None:
+    """A session's language code, in lower case as the target knows it ("EN": "en")."""
+    if language is not None and not isinstance(language, str):
+        raise RealtimeError("invalid_session", "language must be a language code such as en")
+    return language.lower() if language else None
+
+
+def _cut(value: object) -> str:
+    """A client's `value` as an error quotes it: its repr, cut to `ECHO_CHARS`."""
+    text = repr(value)
+    return text if len(text) <= ECHO_CHARS else f"{text[:ECHO_CHARS]}... ({len(text)} chars)"

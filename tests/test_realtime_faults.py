@@ -1,0 +1,115 @@
+"""The realtime WebSocket (`server/realtime.py`) under faults a new user meets (issue 39): bad
+settings and messages get `error` events in words and the session goes on, a commit after
+server VAD's last item is no error, and limits hold to the byte."""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from websockets.sync.client import ClientConnection, connect
+
+from as2d.audio.load import load_audio
+from as2d.eval.serve_load import started_server
+from as2d.server.realtime import MAX_APPEND_BYTES
+from test_realtime import _append, _pcm_chunks, _session, _until
+
+DATA = Path(__file__).parent / "data" / "asterisk" / "en"
+CLIP = DATA / "demo-nogo.wav"
+FAST = ["--target", "whisper-tiny.en", "--method", "target", "--language", "en"]
+DONE = "conversation.item.input_audio_transcription.completed"
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    store = tmp_path_factory.mktemp("drafts")
+    with started_server([*FAST, "--store", str(store)]) as running:
+        yield running.url.replace("http://", "ws://") + "/v1/realtime?intent=transcription"
+
+
+def _error(ws: ClientConnection, message: str | bytes) -> dict[str, Any]:
+    ws.send(message)
+    return _until(ws, "error")[-1]["error"]
+
+
+def _goes_on(ws: ClientConnection) -> None:
+    """The session still answers: a settings update is acknowledged, without an error."""
+    update = {"type": "session.update", "session": {"type": "transcription"}}
+    ws.send(json.dumps(update))
+    events = _until(ws, "session.updated", timeout=30)
+    assert not any(e["type"] == "error" for e in events), events
+
+
+def _update(transcription: dict[str, Any]) -> str:
+    session = {"type": "transcription", "audio": {"input": {"transcription": transcription}}}
+    return json.dumps({"type": "session.update", "session": session})
+
+
+@pytest.mark.parametrize(
+    ("message", "code"),
+    [
+        (_update({"model": "whisper-1", "language": 5}), "invalid_session"),
+        (_update({"model": "whisper-1", "language": ["en"]}), "invalid_session"),
+        ("[" * 100_000 + "]" * 100_000, "invalid_json"),
+        ('{"a": ' * 100_000 + "1" + "}" * 100_000, "invalid_json"),
+    ],
+)
+def test_settings_of_the_wrong_type_and_deep_json_are_errors_in_words(server, message, code):
+    with connect(server, max_size=None) as ws:
+        _session(ws)
+        error = _error(ws, message)
+        assert (error["type"], error["code"]) == ("invalid_request_error", code)
+        assert "Error" not in error["message"]  # words, not Python's exception
+        _goes_on(ws)
+
+
+def test_a_language_in_capitals_is_the_language(server):
+    with connect(server, max_size=None) as ws:
+        _session(ws)
+        ws.send(_update({"model": "whisper-1", "language": "EN"}))
+        updated = _until(ws, "session.updated")[-1]["session"]
+        assert updated["audio"]["input"]["transcription"]["language"] == "en"
+
+
+def test_an_append_over_the_limit_by_two_bytes_is_refused(server):
+    with connect(server, max_size=None) as ws:
+        _session(ws)
+        for size, refused in ((MAX_APPEND_BYTES + 2, True), (MAX_APPEND_BYTES, False)):
+            audio = base64.b64encode(bytes(size)).decode()
+            ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": audio}))
+            ws.send(json.dumps({"type": "input_audio_buffer.clear"}))
+            events = _until(ws, "input_audio_buffer.cleared")
+            errors = [e["error"]["code"] for e in events if e["type"] == "error"]
+            assert errors == (["audio_too_large"] if refused else []), size
+
+
+def test_an_unknown_event_type_is_not_echoed_whole(server):
+    with connect(server, max_size=None) as ws:
+        _session(ws)
+        error = _error(ws, json.dumps({"type": "x" * 200_000}))
+        assert error["code"] == "unknown_event" and len(error["message"]) < 200
+        _goes_on(ws)
+
+
+def test_a_commit_after_server_vad_completed_the_last_item_is_no_error(server):
+    """The README's client: audio, then a commit at the end; server VAD has often completed
+    the last utterance by then (here always: the commit waits for its transcript)."""
+    audio = np.concatenate([load_audio(str(CLIP)), np.zeros(32_000, np.float32)])
+    with connect(server, max_size=None) as ws:
+        _session(ws)
+        for chunk in _pcm_chunks(audio):
+            _append(ws, chunk)
+        assert _until(ws, DONE)[-1]["transcript"]
+        time.sleep(0.5)
+        ws.send(json.dumps({"type": "input_audio_buffer.commit"}))
+        _goes_on(ws)
+        error = _error(ws, json.dumps({"type": "input_audio_buffer.commit"}))  # nothing at all
+        assert error["code"] == "input_audio_buffer_commit_empty"
