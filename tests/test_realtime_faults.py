@@ -7,7 +7,9 @@ from __future__ import annotations
 import base64
 import json
 import time
+import urllib.request
 from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +18,7 @@ import pytest
 from websockets.sync.client import ClientConnection, connect
 
 from as2d.audio.load import load_audio
-from as2d.eval.serve_load import started_server
+from as2d.eval.serve_load import Server, started_server
 from as2d.server.realtime import MAX_APPEND_BYTES
 from test_realtime import _append, _pcm_chunks, _session, _until
 
@@ -113,3 +115,55 @@ def test_a_commit_after_server_vad_completed_the_last_item_is_no_error(server):
         _goes_on(ws)
         error = _error(ws, json.dumps({"type": "input_audio_buffer.commit"}))  # nothing at all
         assert error["code"] == "input_audio_buffer_commit_empty"
+
+
+AS2D = ["--target", "whisper-tiny.en", "--method", "as2d", "--language", "en"]
+LONG = Path(__file__).parent / "data" / "long_en.flac"  # 112 s
+
+
+@pytest.fixture(scope="module")
+def as2d_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """An as2d server: live sessions have a drafter process of their own."""
+    store = tmp_path_factory.mktemp("drafts")
+    with started_server([*AS2D, "--store", str(store)]) as running:
+        yield running
+
+
+def _ws(server: Server) -> str:
+    return server.url.replace("http://", "ws://") + "/v1/realtime?intent=transcription"
+
+
+def _rss_mb(pid: int) -> float:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(next(x for x in status.splitlines() if x.startswith("VmRSS:")).split()[1]) / 1024
+
+
+def _sessions(server: Server) -> float:
+    text = urllib.request.urlopen(server.url + "/metrics").read().decode()
+    return float(
+        next(x for x in text.splitlines() if x.startswith("as2d_realtime_sessions ")).split()[-1]
+    )
+
+
+def test_audio_sent_at_once_holds_bounded_memory_and_ends_with_its_client(as2d_server):
+    """Three clients send 112 s each at once and close: the server's memory grows by little
+    more than the audio, and no session outlives its client by a second (issue 39, 3)."""
+    chunks = _pcm_chunks(load_audio(str(LONG)))
+    with connect(_ws(as2d_server), max_size=None) as ws:  # the live sessions' models loaded
+        _session(ws)
+    before = _rss_mb(as2d_server.process.pid)
+    with ExitStack() as stack:
+        sockets = [stack.enter_context(connect(_ws(as2d_server), max_size=None)) for _ in range(3)]
+        for ws in sockets:
+            _session(ws)
+        for chunk in chunks:
+            for ws in sockets:
+                _append(ws, chunk)
+        for ws in sockets:
+            ws.close()
+        closed = time.monotonic()
+        while _sessions(as2d_server) > 0:
+            assert time.monotonic() - closed < 1.5, "a session outlived its client"
+            time.sleep(0.05)
+    grown = _rss_mb(as2d_server.process.pid) - before
+    assert grown < 200, grown

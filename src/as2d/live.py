@@ -85,6 +85,30 @@ class _Job:
     item: int
 
 
+class _Newest:
+    """The open utterance's newest draft or early job not yet taken by the target's side.
+
+    Audio may come faster than the target works (a client sending a recording at once): each
+    such job holds a copy of the utterance so far, and only the newest is worth doing, so a
+    newer one replaces the one waiting rather than queue behind it (memory stays bounded).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._job: _Job | None = None
+
+    def put(self, job: _Job) -> bool:
+        """Holds `job` in place of the one waiting; whether none was (queue this one)."""
+        with self._lock:
+            empty, self._job = self._job is None, job
+        return empty
+
+    def take(self) -> _Job | None:
+        with self._lock:
+            job, self._job = self._job, None
+        return job
+
+
 class LiveSession:
     """Transcribes one live stream with a `Transcriber` (which it does not close).
 
@@ -129,7 +153,8 @@ class LiveSession:
         self._said: SimpleQueue[LiveEvent] = SimpleQueue()
         self._pause: Window | None = None  # `windower.tentative()` after the last block
         self._engine = _Engine(transcriber, language, self._say, lambda: self._pause, lock)
-        self._jobs: Queue[_Job | None] = Queue()
+        self._jobs: Queue[_Job | _Newest | None] = Queue()  # in order: finals, `_Newest`s
+        self._newest = _Newest()  # the open utterance's draft or early job
         self._thread: threading.Thread | None = None
         if background:
             self._thread = threading.Thread(
@@ -170,10 +195,20 @@ class LiveSession:
         return events + self.poll()
 
     def close(self) -> None:
-        """Stops the target's side once the work handed over is done (a client gone)."""
+        """Stops the target's side once the work handed over is done."""
         if self._thread is not None:
             self._jobs.put(None)
             self._thread.join()
+            self._thread = None
+
+    def drop(self) -> None:
+        """Stops the target's side without doing the work handed over (a client gone): the
+        piece it is on ends in its own thread, which is not waited for; nothing else runs."""
+        if self._thread is not None:
+            self._newest.take()
+            while not self._jobs.empty():
+                self._jobs.get_nowait()  # only this thread puts: the queue cannot refill
+            self._jobs.put(None)
             self._thread = None
 
     def run(self, blocks: Iterable[np.ndarray]) -> Iterator[LiveEvent]:
@@ -224,10 +259,16 @@ class LiveSession:
             self._drafted_to = opened.end
 
     def _work(self, job: _Job) -> None:
-        if self._thread is not None:
-            self._jobs.put(job)
-        else:
+        """Hands `job` to the target's side: a final in order; a draft or early job in
+        place of the open utterance's one waiting (`_Newest`), dropped once it ends."""
+        if self._thread is None:
             self._engine.do(job)
+        elif job.kind == "final":
+            self._newest.take()  # the utterance has ended: its provisional work is stale
+            self._newest = _Newest()  # the next utterance's, queued after this final
+            self._jobs.put(job)
+        elif self._newest.put(job):
+            self._jobs.put(self._newest)
 
 
 class _Engine:
@@ -262,8 +303,9 @@ class _Engine:
         self._early: tuple[Window, WindowResult] | None = None
         self._error: BaseException | None = None
 
-    def serve(self, jobs: Queue[_Job | None]) -> None:
-        """Does the jobs in order until None; says provisional text while idle."""
+    def serve(self, jobs: Queue[_Job | _Newest | None]) -> None:
+        """Does the jobs in order until None (a `_Newest`: the job it holds by then); says
+        provisional text while idle."""
         torch.set_num_threads(self.transcriber.threads)  # a new thread's own setting
         while True:
             try:
@@ -273,7 +315,9 @@ class _Engine:
                 continue
             if job is None:
                 return
-            if self._error is None:
+            if isinstance(job, _Newest):
+                job = job.take()
+            if job is not None and self._error is None:
                 try:
                     self.do(job)
                 except BaseException as err:  # said by `check`, in the session's thread

@@ -246,8 +246,8 @@ class RealtimeSession:
                     return
         finally:
             reader.cancel()
-            if self.live is not None:  # the work handed over ends; its events go nowhere
-                await asyncio.to_thread(self.live.close)
+            if self.live is not None:  # its backlog is dropped: the events would go nowhere
+                self.live.drop()
 
     async def _handle(self, message: Message) -> bool:
         """One client message; False once the socket is closed."""
