@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import signal
 import time
 import urllib.request
 from collections.abc import Iterator
-from contextlib import ExitStack
+from contextlib import ExitStack, suppress
 from pathlib import Path
 from typing import Any
 
@@ -123,9 +125,11 @@ LONG = Path(__file__).parent / "data" / "long_en.flac"  # 112 s
 
 @pytest.fixture(scope="module")
 def as2d_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """An as2d server: live sessions have a drafter process of their own."""
+    """An as2d server: live sessions have a drafter process of their own, besides the HTTP
+    requests' (`http_drafters`: the server's children before any session)."""
     store = tmp_path_factory.mktemp("drafts")
     with started_server([*AS2D, "--store", str(store)]) as running:
+        running.http_drafters = set(running.children())  # type: ignore[attr-defined]
         yield running
 
 
@@ -167,3 +171,50 @@ def test_audio_sent_at_once_holds_bounded_memory_and_ends_with_its_client(as2d_s
             time.sleep(0.05)
     grown = _rss_mb(as2d_server.process.pid) - before
     assert grown < 200, grown
+
+
+def _health(server: Server) -> dict[str, Any]:
+    return json.loads(urllib.request.urlopen(server.url + "/health").read())
+
+
+def _spoken(ws: ClientConnection, names: list[str]) -> list[dict[str, Any]]:
+    """`names` spoken at 1.5 times real time, a second of silence after each (drafts take
+    their time on a busy machine); every event until each utterance's transcript."""
+    silence = np.zeros(16_000, np.float32)
+    audio = np.concatenate([x for n in names for x in (load_audio(str(DATA / n)), silence)])
+    events: list[dict[str, Any]] = []
+    for chunk in _pcm_chunks(np.concatenate([audio, silence])):
+        _append(ws, chunk)
+        time.sleep(0.067)
+        with suppress(TimeoutError):
+            events.append(json.loads(ws.recv(timeout=0)))
+    kinds = [e["type"] for e in events]
+    while kinds.count(DONE) < kinds.count("input_audio_buffer.speech_started"):
+        events += _until(ws, DONE)
+        kinds = [e["type"] for e in events]
+    return events
+
+
+def _deltas(events: list[dict[str, Any]]) -> int:
+    return sum(e["type"] == "conversation.item.input_audio_transcription.delta" for e in events)
+
+
+def test_a_live_drafter_killed_mid_stream_is_replaced_and_reported(as2d_server):
+    """The live sessions' drafter killed while a socket streams: /health says so, the rest
+    of that stream and a new socket get drafts again (issue 39, 4)."""
+    long = ["conf-usermenu.wav", "vm-msginstruct.wav"]  # 14 s each
+    with connect(_ws(as2d_server), max_size=None) as ws:
+        _session(ws)
+        assert _deltas(_spoken(ws, long))
+        live = set(as2d_server.children()) - as2d_server.http_drafters  # type: ignore[attr-defined]
+        assert len(live) == 1 and _health(as2d_server)["live_drafter"] == "up"
+        os.kill(live.pop(), signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while _health(as2d_server)["live_drafter"] != "lost":
+            assert time.monotonic() < deadline, "/health says a dead drafter is up"
+            time.sleep(0.1)
+        assert _deltas(_spoken(ws, long))
+    assert _health(as2d_server)["live_drafter"] == "up"
+    with connect(_ws(as2d_server), max_size=None) as ws:
+        _session(ws)
+        assert _deltas(_spoken(ws, long))

@@ -130,6 +130,9 @@ class LiveSession:
         background: the target's side in its own thread (False: in `push`, between blocks).
         lock: held by the target's side whenever it uses the transcriber or its drafter (a
             server's target, shared with its other requests).
+        renew: called (with `lock` held) once the drafter is lost: a transcriber of the same
+            options with a live drafter, which the session goes on with (a server's, shared
+            by its sessions); None: the session goes on without drafts.
     """
 
     def __init__(
@@ -141,6 +144,7 @@ class LiveSession:
         language: str | None = None,
         background: bool = True,
         lock: AbstractContextManager[Any] | None = None,
+        renew: Callable[[], Transcriber] | None = None,
     ) -> None:
         self.windower = SpeechWindower(endpoint_s=endpoint_ms / 1000)
         drafter = transcriber.drafter
@@ -152,7 +156,7 @@ class LiveSession:
         self._early_sent: Window | None = None  # the pause's window handed over, if any
         self._said: SimpleQueue[LiveEvent] = SimpleQueue()
         self._pause: Window | None = None  # `windower.tentative()` after the last block
-        self._engine = _Engine(transcriber, language, self._say, lambda: self._pause, lock)
+        self._engine = _Engine(transcriber, language, self._say, lambda: self._pause, lock, renew)
         self._jobs: Queue[_Job | _Newest | None] = Queue()  # in order: finals, `_Newest`s
         self._newest = _Newest()  # the open utterance's draft or early job
         self._thread: threading.Thread | None = None
@@ -284,15 +288,14 @@ class _Engine:
         say: Callable[..., LiveEvent],
         tentative: Callable[[], Window | None],
         lock: AbstractContextManager[Any] | None = None,
+        renew: Callable[[], Transcriber] | None = None,
     ) -> None:
-        self.transcriber = transcriber
         self._lock = lock or nullcontext()
         o = transcriber.options
         self.asked = Request(o.task, o.language or language, o.request if o.task == "ask" else None)
         self._request = transcriber.tokenizer.encode(self.asked.text) if self.asked.text else []
-        decoder = transcriber.decoder
-        self._speculative = decoder if isinstance(decoder, SpeculativeDecoder) else None
-        self.drafter = transcriber.drafter
+        self._use(transcriber)
+        self.renew = renew  # see `LiveSession`
         self._say = say
         self._tentative = tentative
         self._item = 0  # the utterance its drafts are of
@@ -327,8 +330,26 @@ class _Engine:
         if self._error is not None:
             raise self._error
 
+    def _use(self, transcriber: Transcriber) -> None:
+        """Works with `transcriber` (its options are the session's) and its drafter."""
+        self.transcriber = transcriber
+        decoder = transcriber.decoder
+        self._speculative = decoder if isinstance(decoder, SpeculativeDecoder) else None
+        self.drafter = transcriber.drafter
+
+    def _renew(self) -> None:
+        """A lost drafter's successor, where `renew` gives one: later windows are drafted
+        again (a drafter that dies mid-stream must not silence the rest of it)."""
+        if self.renew is None or self.drafter is None or not self.drafter.lost:
+            return
+        self._use(self.renew())
+        self._draft_index = -1
+        if self.drafter is not None and self._next_index > 0:
+            self.drafter.release(self._next_index - 1)  # its numbers go on from ours
+
     def do(self, job: _Job) -> None:
         with self._lock:
+            self._renew()
             if job.kind == "draft":
                 self._draft(job.window, job.item)
             elif job.kind == "early":

@@ -66,6 +66,7 @@ class AudioApi:
         self.metrics = engine.metrics
         self.models = [engine.options.target, *MODEL_ALIASES]
         self.languages = target_languages(engine.options.target)  # None: any (chat models)
+        self.live: RealtimeApi | None = None  # the WebSocket's, whose drafter /health reports
 
     def routes(self) -> list[Route]:
         return [
@@ -132,7 +133,11 @@ class AudioApi:
 
     async def health(self, request: Request) -> Response:
         queued = self.engine.jobs.qsize()
-        return JSONResponse({"status": "ok", "queue": queued, "drafter": self.engine.drafter_state})
+        live = self.live.drafter_state if self.live is not None else "none"
+        return JSONResponse(
+            {"status": "ok", "queue": queued, "drafter": self.engine.drafter_state,
+             "live_drafter": live}
+        )  # fmt: skip
 
     async def prometheus(self, request: Request) -> Response:
         body = generate_latest(self.metrics.registry)
@@ -480,6 +485,7 @@ def create_app(
     api = AudioApi(engine, int(max_upload_mb * 2**20), upload_dir)
 
     live = RealtimeApi(engine, realtime_sessions)
+    api.live = live
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

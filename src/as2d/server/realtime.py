@@ -159,22 +159,40 @@ class RealtimeApi:
 
     def live(self, settings: Settings) -> LiveSession:
         """A new live stream; call with `Engine.lock` held (in `call`)."""
-        if self._transcriber is None:
-            from as2d.api import Transcriber
-
-            e = self.engine
-            method = (
-                "as2d" if e.options.method == "as2d" and e.options.device == "cpu" else "target"
-            )
-            options = replace(e.options, method=method, threads=e.threads, timestamps="none")
-            # as2d: a drafter process of the live sessions' own (see the module's docstring)
-            self._transcriber = Transcriber(options, shared_target=e.target, warm=False)
         return LiveSession(
-            self._transcriber,
+            self.transcriber(),
             settings.endpoint_ms,
             language=settings.language,
             lock=self.engine.lock,  # its own thread takes the target as the HTTP requests do
+            renew=self.transcriber,  # a drafter lost mid-stream is replaced for the rest
         )
+
+    def transcriber(self) -> Any:
+        """The live sessions' `Transcriber`, with a new drafter process where the last one
+        was lost (as the HTTP requests' is replaced); call with `Engine.lock` held."""
+        from as2d.api import Transcriber
+
+        old, e = self._transcriber, self.engine
+        if old is not None and old.drafter is not None:
+            old.drafter.poll()
+        if old is not None and (old.drafter is None or not old.drafter.lost):
+            return old
+        method = "as2d" if e.options.method == "as2d" and e.options.device == "cpu" else "target"
+        options = replace(e.options, method=method, threads=e.threads, timestamps="none")
+        if old is not None:
+            old.close()  # its drafter is gone; sessions still on it renew in turn
+        # as2d: a drafter process of the live sessions' own (see the module's docstring)
+        self._transcriber = Transcriber(options, shared_target=e.target, warm=False)
+        return self._transcriber
+
+    @property
+    def drafter_state(self) -> str:
+        """The live sessions' drafter: "none" (target-only, or no session yet), "up", or
+        "lost" (replaced with the next session or utterance); from any thread."""
+        drafter = None if self._transcriber is None else self._transcriber.drafter
+        if drafter is None:
+            return "none"
+        return "lost" if drafter.lost or drafter.exited else "up"
 
     async def call(self, work: Callable[[], T]) -> T:
         """`work` in a worker thread while it holds the target (`Engine.lock`)."""
