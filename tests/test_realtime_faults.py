@@ -8,21 +8,24 @@ import base64
 import json
 import os
 import signal
+import socket
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
-from contextlib import ExitStack, suppress
+from contextlib import ExitStack, contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
 from as2d.audio.load import load_audio
 from as2d.eval.serve_load import Server, started_server
 from as2d.server.realtime import MAX_APPEND_BYTES
-from test_realtime import _append, _pcm_chunks, _session, _until
+from test_realtime import _append, _metric, _pcm_chunks, _session, _sessions_drop_to, _until
 
 DATA = Path(__file__).parent / "data" / "asterisk" / "en"
 CLIP = DATA / "demo-nogo.wav"
@@ -218,3 +221,89 @@ def test_a_live_drafter_killed_mid_stream_is_replaced_and_reported(as2d_server):
     with connect(_ws(as2d_server), max_size=None) as ws:
         _session(ws)
         assert _deltas(_spoken(ws, long))
+
+
+@contextmanager
+def _stuck(url: str) -> Iterator[threading.Thread]:
+    """A client that never reads (a receive buffer of a few KB, one message queued at most,
+    no keepalive of its own to give up on the server): it sends 112 s of speech at once and
+    then updates whose answers it leaves unread; the thread sending blocks once the server
+    stops reading it in turn."""
+    host, port = url.split("//")[1].split("/")[0].split(":")
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect((host, int(port)))
+    chunks = _pcm_chunks(load_audio(str(LONG)))
+    update = json.dumps({"type": "session.update", "session": {"type": "transcription"}})
+    with connect(url, sock=sock, max_queue=1, max_size=None, ping_interval=None) as ws:
+
+        def flood() -> None:
+            with suppress(ConnectionClosed, OSError):
+                for chunk in chunks:
+                    _append(ws, chunk)
+                for _ in range(20_000):
+                    ws.send(update)
+
+        sender = threading.Thread(target=flood, daemon=True)
+        sender.start()
+        yield sender
+        ws.close_socket()  # no closing handshake: it would wait on what was never read
+
+
+def test_a_client_that_never_reads_is_dropped_by_the_keepalive(server):
+    """Its answers fill the socket's buffers; the keepalive's ping goes unanswered, and the
+    session ends within its interval and timeout (20 + 20 s), not never (issue 39, 2)."""
+    _sessions_drop_to(server, 0)
+    start = time.monotonic()
+    with _stuck(server):
+        while _metric(server, "as2d_realtime_sessions") > 0 or time.monotonic() - start < 1:
+            assert time.monotonic() - start < 60, "a client that never reads keeps its session"
+            time.sleep(0.5)
+    with connect(server) as other:  # the server goes on
+        _session(other)
+
+
+def test_sigterm_with_a_client_that_never_reads_exits_in_seconds(tmp_path):
+    """SIGTERM while a client that never reads holds a backlog of 112 s: its socket is
+    dropped and its backlog with it; the server exits within 10 s, without a traceback
+    (it waited out the graceful timeout, 300 s, then logged a CancelledError) (issue 39, 2)."""
+    with started_server([*FAST, "--store", str(tmp_path)]) as running:
+        with _stuck(_ws(running)) as sender:
+            sender.join(timeout=20)  # until the server stops reading it
+            running.process.send_signal(signal.SIGTERM)
+            stopped = time.monotonic()
+            running.process.wait(timeout=30)
+            took = time.monotonic() - stopped
+        stderr = running.process.stderr.read() if running.process.stderr else ""
+    assert took < 10, took
+    assert "Traceback" not in stderr and "CancelledError" not in stderr, stderr[-2000:]
+
+
+def test_sigterm_finishes_the_open_utterance_first(tmp_path):
+    """SIGTERM while a socket streams an utterance: it gets that utterance's transcript (or
+    an error event for it), then close 1012; it got neither (issue 39, 7)."""
+    audio = load_audio(str(LONG))[: 8 * 16_000]  # speech all through: an utterance open
+    with started_server([*FAST, "--store", str(tmp_path)]) as running:
+        with connect(_ws(running), max_size=None) as ws:
+            _session(ws)
+            before = []
+            for chunk in _pcm_chunks(audio):  # at twice real time
+                _append(ws, chunk)
+                time.sleep(0.05)
+                with suppress(TimeoutError):
+                    before.append(json.loads(ws.recv(timeout=0)))
+            with suppress(TimeoutError):
+                while True:
+                    before.append(json.loads(ws.recv(timeout=0.2)))
+            started = [e["item_id"] for e in before if e["type"].endswith("speech_started")][-1]
+            assert not any(e.get("item_id") == started and e["type"] == DONE for e in before)
+            running.process.send_signal(signal.SIGTERM)
+            events = []
+            with pytest.raises(ConnectionClosed) as closed:
+                while True:
+                    events.append(json.loads(ws.recv(timeout=30)))
+            assert closed.value.rcvd is not None and closed.value.rcvd.code == 1012
+        running.process.wait(timeout=30)
+    ended = [e for e in events if e.get("item_id") == started and e["type"] == DONE]
+    errors = [e["error"]["code"] for e in events if e["type"] == "error"]
+    assert (ended and ended[0]["transcript"]) or errors == ["server_stopping"], events

@@ -47,6 +47,7 @@ from as2d.runtime.drafts import draft_store
 from as2d.server.decoding import ApiError, Engine, Job, Metrics
 from as2d.server.realtime import RealtimeApi
 from as2d.server.recordings import Recording, Recordings
+from as2d.server.sockets import DroppingWebSocketProtocol
 from as2d.types import RunStats, WindowResult
 from as2d.writers import FileResult, to_srt, to_vtt
 
@@ -537,8 +538,9 @@ def serve(
     logging.getLogger("python_multipart").setLevel(logging.ERROR)
     app = create_app(options, max_upload_mb, queue_size, realtime_sessions)
     config = uvicorn.Config(
-        app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=300
-    )
+        app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=300,
+        ws=DroppingWebSocketProtocol,  # never waits on a client that does not read
+    )  # fmt: skip
     server = _Server(config, options.target)
     with suppress(KeyboardInterrupt):  # raised again by uvicorn once it has shut down
         server.run()

@@ -49,6 +49,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from as2d.live import DEFAULT_ENDPOINT_MS, LiveEvent, LiveSession
 from as2d.models.targets import check_language, target_languages
 from as2d.server.decoding import Engine
+from as2d.server.sockets import CLOSE_STOPPING, STOP_GRACE_S
 from as2d.types import SAMPLE_RATE
 
 OPENAI_RATE = 24_000  # OpenAI's pcm16: 24 kHz mono, little-endian
@@ -59,6 +60,7 @@ POLL_S = 0.05  # while no message comes, events ready in the session are asked f
 INBOX = 32  # messages read ahead of the session; then the socket waits (backpressure)
 CLOSE_TRY_LATER = 1013  # WebSocket close code: the server is at its limit
 CLOSE_POLICY = 1008  # WebSocket close code: a request the server will not serve
+STOP_S = STOP_GRACE_S - 1  # a server that stops waits this long for an open utterance's text
 ECHO_CHARS = 64  # of a client's value quoted back in an error (an unknown type may be huge)
 
 T = TypeVar("T")
@@ -259,6 +261,8 @@ class RealtimeSession:
                     await self._poll()
                     continue
                 if message["type"] == "websocket.disconnect":
+                    if message.get("code") == CLOSE_STOPPING:  # the server stops, not the client
+                        await self._stop()
                     return  # mid-utterance or not: the session is dropped with this object
                 if not await self._handle(message):
                     return
@@ -322,6 +326,20 @@ class RealtimeSession:
         await self._restart()
         if not said:  # nothing new after server VAD's last item is not an error
             raise RealtimeError("input_audio_buffer_commit_empty", "the buffer holds no speech")
+
+    async def _stop(self) -> None:
+        """The server stops (`sockets.py`): the utterance heard so far ends now and its
+        transcript is sent, or an error event for it where it is not ready in `STOP_S`; then
+        the socket closes with `CLOSE_STOPPING`."""
+        live, tail = self.live, self.resampler.feed(b"", last=True)
+        assert live is not None
+        work = asyncio.to_thread(lambda: [*live.push(tail), *live.finish()])
+        try:
+            await self._say(await asyncio.wait_for(work, STOP_S))
+        except TimeoutError:
+            message = "the server stopped before the open utterance's transcript was ready"
+            await self._send(_error(RealtimeError("server_stopping", message)))
+        await self.ws.close(CLOSE_STOPPING)
 
     async def _restart(self) -> None:
         """A new live stream, where the current one's audio ends (commit, clear, update)."""
