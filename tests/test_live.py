@@ -4,6 +4,9 @@ whatever the drafter and whether the target worked early; the events come in ord
 from __future__ import annotations
 
 import json
+import threading
+import time
+import tracemalloc
 from pathlib import Path
 
 import numpy as np
@@ -113,3 +116,22 @@ def test_a_file_cut_at_endpoints_gives_the_same_text_with_every_method(tmp_path)
 def test_a_bad_endpoint_is_a_usage_error(capsys) -> None:
     assert main(["transcribe", str(CLIPS[0]), "--endpoint-ms", "5"]) == 2
     assert "endpoint" in capsys.readouterr().err
+
+
+def test_audio_faster_than_the_target_holds_one_provisional_job_and_is_dropped(spoken) -> None:
+    """The target busy elsewhere (its lock held) while the whole recording arrives: the open
+    utterance's drafts wait as one job, not one copy of it per half second, so the work held
+    is bounded by the audio itself; a client gone drops that backlog at once (issue 39, 3)."""
+    lock = threading.Lock()
+    with Transcriber(target=TARGET, method="as2d", endpoint_ms=ENDPOINT_MS) as transcriber:
+        session = LiveSession(transcriber, ENDPOINT_MS, language="en", lock=lock)
+        with lock:
+            tracemalloc.start()
+            for block in np.array_split(spoken, len(spoken) // 1600):
+                session.push(block)
+            _, peak = tracemalloc.get_traced_memory()
+            tracemalloc.stop()
+            start = time.perf_counter()
+            session.drop()
+            assert time.perf_counter() - start < 0.5  # the backlog is not waited for
+    assert peak < 3 * spoken.nbytes, (peak, spoken.nbytes)

@@ -19,6 +19,7 @@ import soundfile as sf
 
 from as2d.api import Transcriber
 from as2d.audio.load import load_audio
+from as2d.audio.windows import SpeechWindower
 from as2d.options import Options
 from as2d.types import SAMPLE_RATE
 
@@ -132,13 +133,36 @@ def test_the_first_window_is_printed_before_stdin_ends(files):
 
 
 def test_garbage_on_stdin_is_one_line_and_exit_2():
-    for options in ([], ["--input-format", "s16le"]):
-        data = b"this is not audio\n" * 100 + (b"!" if options else b"")
-        proc = as2d("transcribe", "-", *FAST, *options, stdin=data)
-        err = proc.stderr.decode()
-        assert proc.returncode == 2 and proc.stdout == b""
-        assert len(err.splitlines()) == 1 and err.startswith("as2d: error: stdin: ")
-        assert "Traceback" not in err
+    proc = as2d("transcribe", "-", *FAST, stdin=b"this is not audio\n" * 100)
+    err = proc.stderr.decode()
+    assert proc.returncode == 2 and proc.stdout == b""
+    assert len(err.splitlines()) == 1 and err.startswith("as2d: error: stdin: ")
+    assert "Traceback" not in err
+
+
+def test_a_stray_byte_after_raw_pcm_keeps_every_sample_and_warns(files, tmp_path):
+    """One byte past the last whole sample: the samples before it are decoded as ever, and
+    one warning says the byte was dropped (it used to cost the whole last window)."""
+    path, expected = files["clip_pcm"]
+    pcm = sf.read(path, dtype="int16")[0].tobytes() + b"\x01"
+    proc = as2d(
+        "transcribe", "-", *FAST, "--input-format", "s16le", "--format", "json", "-o", tmp_path,
+        stdin=pcm,
+    )  # fmt: skip
+    err = proc.stderr.decode().splitlines()
+    assert proc.returncode == 0, err
+    assert err[0] == (
+        "as2d: warning: stdin: raw PCM ends inside a sample frame: its last 1 byte dropped"
+    )
+    assert window_tokens(tmp_path / "stdin.json") == expected
+
+
+@pytest.mark.parametrize("options", [[], ["--input-format", "s16le"]])
+def test_empty_stdin_says_it_is_empty(options):
+    proc = as2d("transcribe", "-", *FAST, *options, stdin=b"")
+    err = proc.stderr.decode()
+    assert proc.returncode == 2 and proc.stdout == b""
+    assert err.splitlines() == ["as2d: error: stdin: empty: no audio data came"]
 
 
 def test_listen_without_sounddevice_is_one_line_and_exit_2():
@@ -190,3 +214,23 @@ def test_the_api_on_a_generator_of_blocks_is_the_array_whole():
         assert len(consumed) < len(audio) / 5923  # the first window came before the end
         streamed = [first.token_ids, *(w.token_ids for w in run)]
     assert len(whole) == 2 and streamed == whole
+
+
+def test_as2d_on_a_live_source_gives_each_window_once_it_is_decided():
+    """as2d reads a file's windows ahead of the target for its drafter, but never a live
+    source's: the next window is decided only when its audio comes, so each window comes as
+    soon as the windower has decided it, not at the end of the stream (issue 39, 1)."""
+    audio = load_audio(LONG_EN)[: 60 * SAMPLE_RATE]
+    heard = [0]
+
+    def blocks() -> Iterator[np.ndarray]:
+        for at in range(0, len(audio), 5923):
+            heard[0] = at + 5923
+            yield audio[at : at + 5923]
+
+    decided = [heard[0] for _ in SpeechWindower(endpoint_s=0.6).windows(blocks())]
+    options = Options(target="whisper-tiny.en", method="as2d", endpoint_ms=600)
+    with Transcriber(options) as transcriber:
+        given = [heard[0] for _ in transcriber.transcribe(blocks())]
+    assert len(decided) > 2
+    assert given[:-1] == decided[:-1]  # the last one is decided by the stream's end

@@ -294,6 +294,7 @@ class Transcriber:
             spec_options = replace(self.options, language=asked.language, task=asked.task)
             speculative.stored = stored_drafts(spec_options, audio)
             speculative.language = asked.language
+            speculative.ahead = isinstance(audio, (str, Path, np.ndarray))  # not a live source
         prepared = self.prepared(audio)
         windower = self.windower()
         # `windows` reads any source that `iter_audio_blocks` reads, blocks included

@@ -145,8 +145,13 @@ def stdin_blocks(args: argparse.Namespace) -> Iterator[np.ndarray]:
     from as2d.audio.stream import container_blocks, pcm_blocks
 
     if args.input_format == "s16le":
-        return pcm_blocks(sys.stdin.buffer, args.rate, args.channels)
+        return pcm_blocks(sys.stdin.buffer, args.rate, args.channels, warn=warn)
     return container_blocks(sys.stdin.buffer)
+
+
+def warn(message: str) -> None:
+    """A warning on stderr, one line: what goes on regardless."""
+    print(f"as2d: warning: {message}", file=sys.stderr)
 
 
 def print_window(window: WindowResult) -> None:

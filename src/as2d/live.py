@@ -85,6 +85,30 @@ class _Job:
     item: int
 
 
+class _Newest:
+    """The open utterance's newest draft or early job not yet taken by the target's side.
+
+    Audio may come faster than the target works (a client sending a recording at once): each
+    such job holds a copy of the utterance so far, and only the newest is worth doing, so a
+    newer one replaces the one waiting rather than queue behind it (memory stays bounded).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._job: _Job | None = None
+
+    def put(self, job: _Job) -> bool:
+        """Holds `job` in place of the one waiting; whether none was (queue this one)."""
+        with self._lock:
+            empty, self._job = self._job is None, job
+        return empty
+
+    def take(self) -> _Job | None:
+        with self._lock:
+            job, self._job = self._job, None
+        return job
+
+
 class LiveSession:
     """Transcribes one live stream with a `Transcriber` (which it does not close).
 
@@ -106,6 +130,9 @@ class LiveSession:
         background: the target's side in its own thread (False: in `push`, between blocks).
         lock: held by the target's side whenever it uses the transcriber or its drafter (a
             server's target, shared with its other requests).
+        renew: called (with `lock` held) once the drafter is lost: a transcriber of the same
+            options with a live drafter, which the session goes on with (a server's, shared
+            by its sessions); None: the session goes on without drafts.
     """
 
     def __init__(
@@ -117,6 +144,7 @@ class LiveSession:
         language: str | None = None,
         background: bool = True,
         lock: AbstractContextManager[Any] | None = None,
+        renew: Callable[[], Transcriber] | None = None,
     ) -> None:
         self.windower = SpeechWindower(endpoint_s=endpoint_ms / 1000)
         drafter = transcriber.drafter
@@ -128,8 +156,9 @@ class LiveSession:
         self._early_sent: Window | None = None  # the pause's window handed over, if any
         self._said: SimpleQueue[LiveEvent] = SimpleQueue()
         self._pause: Window | None = None  # `windower.tentative()` after the last block
-        self._engine = _Engine(transcriber, language, self._say, lambda: self._pause, lock)
-        self._jobs: Queue[_Job | None] = Queue()
+        self._engine = _Engine(transcriber, language, self._say, lambda: self._pause, lock, renew)
+        self._jobs: Queue[_Job | _Newest | None] = Queue()  # in order: finals, `_Newest`s
+        self._newest = _Newest()  # the open utterance's draft or early job
         self._thread: threading.Thread | None = None
         if background:
             self._thread = threading.Thread(
@@ -170,10 +199,20 @@ class LiveSession:
         return events + self.poll()
 
     def close(self) -> None:
-        """Stops the target's side once the work handed over is done (a client gone)."""
+        """Stops the target's side once the work handed over is done."""
         if self._thread is not None:
             self._jobs.put(None)
             self._thread.join()
+            self._thread = None
+
+    def drop(self) -> None:
+        """Stops the target's side without doing the work handed over (a client gone): the
+        piece it is on ends in its own thread, which is not waited for; nothing else runs."""
+        if self._thread is not None:
+            self._newest.take()
+            while not self._jobs.empty():
+                self._jobs.get_nowait()  # only this thread puts: the queue cannot refill
+            self._jobs.put(None)
             self._thread = None
 
     def run(self, blocks: Iterable[np.ndarray]) -> Iterator[LiveEvent]:
@@ -224,10 +263,16 @@ class LiveSession:
             self._drafted_to = opened.end
 
     def _work(self, job: _Job) -> None:
-        if self._thread is not None:
-            self._jobs.put(job)
-        else:
+        """Hands `job` to the target's side: a final in order; a draft or early job in
+        place of the open utterance's one waiting (`_Newest`), dropped once it ends."""
+        if self._thread is None:
             self._engine.do(job)
+        elif job.kind == "final":
+            self._newest.take()  # the utterance has ended: its provisional work is stale
+            self._newest = _Newest()  # the next utterance's, queued after this final
+            self._jobs.put(job)
+        elif self._newest.put(job):
+            self._jobs.put(self._newest)
 
 
 class _Engine:
@@ -243,15 +288,14 @@ class _Engine:
         say: Callable[..., LiveEvent],
         tentative: Callable[[], Window | None],
         lock: AbstractContextManager[Any] | None = None,
+        renew: Callable[[], Transcriber] | None = None,
     ) -> None:
-        self.transcriber = transcriber
         self._lock = lock or nullcontext()
         o = transcriber.options
         self.asked = Request(o.task, o.language or language, o.request if o.task == "ask" else None)
         self._request = transcriber.tokenizer.encode(self.asked.text) if self.asked.text else []
-        decoder = transcriber.decoder
-        self._speculative = decoder if isinstance(decoder, SpeculativeDecoder) else None
-        self.drafter = transcriber.drafter
+        self._use(transcriber)
+        self.renew = renew  # see `LiveSession`
         self._say = say
         self._tentative = tentative
         self._item = 0  # the utterance its drafts are of
@@ -262,8 +306,9 @@ class _Engine:
         self._early: tuple[Window, WindowResult] | None = None
         self._error: BaseException | None = None
 
-    def serve(self, jobs: Queue[_Job | None]) -> None:
-        """Does the jobs in order until None; says provisional text while idle."""
+    def serve(self, jobs: Queue[_Job | _Newest | None]) -> None:
+        """Does the jobs in order until None (a `_Newest`: the job it holds by then); says
+        provisional text while idle."""
         torch.set_num_threads(self.transcriber.threads)  # a new thread's own setting
         while True:
             try:
@@ -273,7 +318,9 @@ class _Engine:
                 continue
             if job is None:
                 return
-            if self._error is None:
+            if isinstance(job, _Newest):
+                job = job.take()
+            if job is not None and self._error is None:
                 try:
                     self.do(job)
                 except BaseException as err:  # said by `check`, in the session's thread
@@ -283,8 +330,26 @@ class _Engine:
         if self._error is not None:
             raise self._error
 
+    def _use(self, transcriber: Transcriber) -> None:
+        """Works with `transcriber` (its options are the session's) and its drafter."""
+        self.transcriber = transcriber
+        decoder = transcriber.decoder
+        self._speculative = decoder if isinstance(decoder, SpeculativeDecoder) else None
+        self.drafter = transcriber.drafter
+
+    def _renew(self) -> None:
+        """A lost drafter's successor, where `renew` gives one: later windows are drafted
+        again (a drafter that dies mid-stream must not silence the rest of it)."""
+        if self.renew is None or self.drafter is None or not self.drafter.lost:
+            return
+        self._use(self.renew())
+        self._draft_index = -1
+        if self.drafter is not None and self._next_index > 0:
+            self.drafter.release(self._next_index - 1)  # its numbers go on from ours
+
     def do(self, job: _Job) -> None:
         with self._lock:
+            self._renew()
             if job.kind == "draft":
                 self._draft(job.window, job.item)
             elif job.kind == "early":

@@ -78,10 +78,17 @@ def test_raw_pcm_stereo_at_8k_is_averaged_and_resampled_as_the_file_is(tmp_path)
     np.testing.assert_array_equal(blocks, load_audio(CLIP))
 
 
-def test_raw_pcm_that_ends_inside_a_frame_is_truncated():
-    data = np.zeros(1000, dtype=np.int16).tobytes() + b"\x01"
-    with pytest.raises(AudioError, match="stdin: truncated raw PCM"):
-        list(pcm_blocks(piped(data)))
+def test_raw_pcm_that_ends_inside_a_frame_keeps_every_whole_sample_and_warns():
+    data = np.ones(1000, dtype=np.int16).tobytes() + b"\x01"
+    said: list[str] = []
+    blocks = list(pcm_blocks(piped(data), warn=said.append))
+    assert sum(len(b) for b in blocks) == 1000
+    assert said == ["stdin: raw PCM ends inside a sample frame: its last 1 byte dropped"]
+
+
+def test_empty_raw_pcm_is_an_audio_error_that_says_so():
+    with pytest.raises(AudioError, match="stdin: empty"):
+        list(pcm_blocks(piped(b"")))
 
 
 @pytest.mark.parametrize("path", [CLIP, LONG_EN])

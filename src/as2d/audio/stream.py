@@ -15,7 +15,8 @@ that `SpeechWindower` closes a window a moment after its pause, and only those b
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import warnings
+from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO, Protocol
 
 import numpy as np
@@ -46,6 +47,7 @@ def pcm_blocks(
     channels: int = 1,
     name: str = "stdin",
     block_s: float = LIVE_BLOCK_S,
+    warn: Callable[[str], object] | None = None,
 ) -> Iterator[np.ndarray]:
     """Yield raw interleaved s16le PCM from `stream` as 16 kHz mono float32 blocks.
 
@@ -53,36 +55,47 @@ def pcm_blocks(
         stream: a binary stream (a pipe): read until it ends, `block_s` at a time.
         rate: its sample rate (Hz); other rates than 16 kHz are resampled.
         channels: its channels, averaged to mono.
-        name: the stream's name in error messages.
+        name: the stream's name in messages.
         block_s: about how many seconds each block holds.
+        warn: says (one line) that the stream ended inside a sample frame, whose bytes are
+            dropped: every whole frame is kept (default: `warnings.warn`).
 
     Returns:
         An iterator of [samples] float32 arrays at 16 kHz.
 
     Raises:
-        AudioError: while iterating, where the stream ends inside a sample frame.
+        AudioError: while iterating, where the stream holds no data at all.
     """
     if rate <= 0 or channels <= 0:
         raise ValueError(f"rate and channels must be positive, got {rate} and {channels}")
     frames = max(1, round(block_s * rate))
-    yield from resampled(_pcm_chunks(stream, channels, frames, name), rate, frames)
+    chunks = _pcm_chunks(stream, channels, frames, name, warn or _warn)
+    yield from resampled(chunks, rate, frames)
 
 
-def _pcm_chunks(stream: BinaryIO, channels: int, frames: int, name: str) -> Iterator[np.ndarray]:
+def _pcm_chunks(
+    stream: BinaryIO, channels: int, frames: int, name: str, warn: Callable[[str], object]
+) -> Iterator[np.ndarray]:
     """Mono float32 chunks of up to `frames` at the stream's own rate; a frame split across
-    reads is kept for the next one."""
+    reads is kept for the next one, and one split by the stream's end is dropped (a stray
+    byte must not cost the audio before it)."""
     frame_bytes = PCM_BYTES * channels
-    rest = b""
+    rest, empty = b"", True
     while data := stream.read(frames * frame_bytes):  # a pipe: blocks until full or ended
-        data = rest + data
+        data, empty = rest + data, False
         whole = len(data) - len(data) % frame_bytes
         rest = data[whole:]
         samples = np.frombuffer(data[:whole], dtype="<i2").reshape(-1, channels)  # [n, ch]
         yield samples.mean(axis=1, dtype=np.float32) / 32768.0
+    if empty:
+        raise AudioError(f"{name}: empty: no audio data came")
     if rest:
-        raise AudioError(
-            f"{name}: truncated raw PCM: it ends inside a sample frame ({len(rest)} bytes over)"
-        )
+        over = f"{len(rest)} byte{'s' if len(rest) > 1 else ''}"
+        warn(f"{name}: raw PCM ends inside a sample frame: its last {over} dropped")
+
+
+def _warn(message: str) -> None:
+    warnings.warn(message, stacklevel=2)
 
 
 def container_blocks(
@@ -92,8 +105,11 @@ def container_blocks(
     read without seeking: wav, flac, ogg, mp3) as 16 kHz mono float32 blocks.
 
     Raises:
-        AudioError: while iterating: not audio, or damaged or truncated data.
+        AudioError: while iterating: no data at all, not audio, or damaged or truncated data.
     """
+    peek = getattr(stream, "peek", None)  # a pipe's reader: waits for data or the end
+    if peek is not None and not peek(1):
+        raise AudioError(f"{name}: empty: no audio data came")
     container = open_av(stream, name)
     rate = container.streams.audio[0].sample_rate
     yield from resampled(decode_av(container, name), rate, max(1, round(block_s * rate)))

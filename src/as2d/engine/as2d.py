@@ -99,14 +99,19 @@ class SpeculativeDecoder:
         self.stored: Drafts | None = None  # the current recording's drafts made before
         self.language: str | None = None  # the recording's, once known: picks `auto`'s model
         self._waiting: list[Window] = []  # read ahead before the language that drafts them
+        # Whether `windows` reads windows ahead of the target: a recording there whole (a
+        # file) can be; a live source's next window is decided only once its audio comes,
+        # and waiting for it would hold back the text of the window decided already.
+        self.ahead = True
 
     def windows(self, windows: Iterable[Window]) -> Iterator[Window]:
-        """Yields a recording's windows in order, submitting each to the drafter early."""
+        """Yields a recording's windows in order, submitting each to the drafter early (read
+        ahead of the target only where `ahead`)."""
         self._first, count = self.base, 0
         ahead: deque[Window] = deque()
         source = iter(windows)
         while True:
-            while not ahead or self._drafter_wants(count):
+            while not ahead or (self.ahead and self._drafter_wants(count)):
                 window = next(source, None)
                 if window is None:
                     break

@@ -204,6 +204,12 @@ class DrafterProcess:
         return self._process is not None and not self.lost and not self._closed
 
     @property
+    def exited(self) -> bool:
+        """Whether its process has ended; from any thread (it reads nothing of the child's,
+        as `poll` does)."""
+        return self._process is not None and not self._process.is_alive()
+
+    @property
     def loading(self) -> bool:
         """Whether its model is still loading, for at most `LOADING_GRACE_S` since the start:
         core loans leave it its cores meanwhile (stopped, it would only draft later)."""

@@ -52,6 +52,7 @@ from as2d.server.decoding import ApiError, Engine, Job, Metrics
 from as2d.server.page import PageApi
 from as2d.server.realtime import RealtimeApi
 from as2d.server.recordings import MAX_RECORDING_BYTES, Recording, Recordings
+from as2d.server.sockets import DroppingWebSocketProtocol
 from as2d.types import RunStats, WindowResult
 from as2d.writers import FileResult, to_srt, to_vtt
 
@@ -71,6 +72,7 @@ class AudioApi:
         self.metrics = engine.metrics
         self.models = [engine.options.target, *MODEL_ALIASES]
         self.languages = target_languages(engine.options.target)  # None: any (chat models)
+        self.live: RealtimeApi | None = None  # the WebSocket's, whose drafter /health reports
 
     def routes(self) -> list[Route]:
         return [
@@ -145,7 +147,11 @@ class AudioApi:
 
     async def health(self, request: Request) -> Response:
         queued = self.engine.jobs.qsize()
-        return JSONResponse({"status": "ok", "queue": queued, "drafter": self.engine.drafter_state})
+        live = self.live.drafter_state if self.live is not None else "none"
+        return JSONResponse(
+            {"status": "ok", "queue": queued, "drafter": self.engine.drafter_state,
+             "live_drafter": live}
+        )  # fmt: skip
 
     async def prometheus(self, request: Request) -> Response:
         body = generate_latest(self.metrics.registry)
@@ -501,6 +507,7 @@ def create_app(
     api = AudioApi(engine, int(max_upload_mb * 2**20), upload_dir)
 
     live = RealtimeApi(engine, realtime_sessions)
+    api.live = live
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -559,8 +566,9 @@ def serve(
         options, max_upload_mb, queue_size, realtime_sessions, max_recordings_mb, access
     )
     config = uvicorn.Config(
-        app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=300
-    )
+        app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=300,
+        ws=DroppingWebSocketProtocol,  # never waits on a client that does not read
+    )  # fmt: skip
     server = _Server(config, options.target)
     with suppress(KeyboardInterrupt):  # raised again by uvicorn once it has shut down
         server.run()

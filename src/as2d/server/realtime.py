@@ -52,6 +52,7 @@ from as2d.models.targets import check_language, target_languages
 from as2d.options import Options
 from as2d.server.access import chosen_subprotocol, offers_beta
 from as2d.server.decoding import Engine
+from as2d.server.sockets import CLOSE_STOPPING, STOP_GRACE_S
 from as2d.types import SAMPLE_RATE
 
 OPENAI_RATE = 24_000  # OpenAI's pcm16: 24 kHz mono, little-endian
@@ -63,6 +64,8 @@ INBOX = 32  # messages read ahead of the session; then the socket waits (backpre
 CLOSE_TRY_LATER = 1013  # WebSocket close code: the server is at its limit
 CLOSE_POLICY = 1008  # WebSocket close code: a request the server will not serve
 PROVISIONAL = "as2d.input_audio_transcription.provisional"  # ours: the whole caption so far
+STOP_S = STOP_GRACE_S - 1  # a server that stops waits this long for an open utterance's text
+ECHO_CHARS = 64  # of a client's value quoted back in an error (an unknown type may be huge)
 
 T = TypeVar("T")
 
@@ -162,20 +165,41 @@ class RealtimeApi:
 
     def live(self, settings: Settings) -> LiveSession:
         """A new live stream; call with `Engine.lock` held (in `call`)."""
-        if self._transcriber is None:
-            from as2d.api import Transcriber
-
-            e = self.engine
-            method = live_method(e.options)
-            options = replace(e.options, method=method, threads=e.threads, timestamps="none")
-            # as2d: a drafter process of the live sessions' own (see the module's docstring)
-            self._transcriber = Transcriber(options, shared_target=e.target, warm=False)
         return LiveSession(
-            self._transcriber,
+            self.transcriber(),
             settings.endpoint_ms,
             language=settings.language,
             lock=self.engine.lock,  # its own thread takes the target as the HTTP requests do
+            renew=self.transcriber,  # a drafter lost mid-stream is replaced for the rest
         )
+
+    def transcriber(self) -> Any:
+        """The live sessions' `Transcriber`, with a new drafter process where the last one
+        was lost (as the HTTP requests' is replaced); call with `Engine.lock` held."""
+        from as2d.api import Transcriber
+
+        old, e = self._transcriber, self.engine
+        if old is not None and old.drafter is not None:
+            old.drafter.poll()
+        if old is not None and (old.drafter is None or not old.drafter.lost):
+            return old
+        options = replace(
+            e.options, method=live_method(e.options), threads=e.threads, timestamps="none"
+        )
+        if old is not None:
+            old.close()  # its drafter is gone; sessions still on it renew in turn
+        # as2d: a drafter process of the live sessions' own (see the module's docstring)
+        self._transcriber = Transcriber(options, shared_target=e.target, warm=False)
+        return self._transcriber
+
+    @property
+    def drafter_state(self) -> str:
+        """The live sessions' drafter: "none" (target-only, or no session yet), "up", or
+        "lost" (replaced with the next session or utterance); from any thread."""
+        drafter = None if self._transcriber is None else self._transcriber.drafter
+        if drafter is None:
+            return "none"
+        return "lost" if drafter.lost or drafter.exited else "up"
 
     async def call(self, work: Callable[[], T]) -> T:
         """`work` in a worker thread while it holds the target (`Engine.lock`)."""
@@ -248,13 +272,15 @@ class RealtimeSession:
                     await self._poll()
                     continue
                 if message["type"] == "websocket.disconnect":
+                    if message.get("code") == CLOSE_STOPPING:  # the server stops, not the client
+                        await self._stop()
                     return  # mid-utterance or not: the session is dropped with this object
                 if not await self._handle(message):
                     return
         finally:
             reader.cancel()
-            if self.live is not None:  # the work handed over ends; its events go nowhere
-                await asyncio.to_thread(self.live.close)
+            if self.live is not None:  # its backlog is dropped: the events would go nowhere
+                self.live.drop()
 
     async def _handle(self, message: Message) -> bool:
         """One client message; False once the socket is closed."""
@@ -286,7 +312,7 @@ class RealtimeSession:
         elif kind in ("session.update", "transcription_session.update"):
             await self._update(event.get("session"), kind.replace(".update", ".updated"))
         else:
-            raise RealtimeError("unknown_event", f"unknown event type {kind!r}")
+            raise RealtimeError("unknown_event", f"unknown event type {_cut(kind)}")
 
     async def _append(self, audio: object) -> None:
         data = _pcm(audio)
@@ -307,9 +333,24 @@ class RealtimeSession:
         assert live is not None
         events = await asyncio.to_thread(lambda: [*live.push(tail), *live.finish()])
         await self._say(events)
+        said = self.last_item >= self.base  # an item of this stream: server VAD's, or now
         await self._restart()
-        if not any(e.kind == "completed" for e in events):
+        if not said:  # nothing new after server VAD's last item is not an error
             raise RealtimeError("input_audio_buffer_commit_empty", "the buffer holds no speech")
+
+    async def _stop(self) -> None:
+        """The server stops (`sockets.py`): the utterance heard so far ends now and its
+        transcript is sent, or an error event for it where it is not ready in `STOP_S`; then
+        the socket closes with `CLOSE_STOPPING`."""
+        live, tail = self.live, self.resampler.feed(b"", last=True)
+        assert live is not None
+        work = asyncio.to_thread(lambda: [*live.push(tail), *live.finish()])
+        try:
+            await self._say(await asyncio.wait_for(work, STOP_S))
+        except TimeoutError:
+            message = "the server stopped before the open utterance's transcript was ready"
+            await self._send(_error(RealtimeError("server_stopping", message)))
+        await self.ws.close(CLOSE_STOPPING)
 
     async def _restart(self) -> None:
         """A new live stream, where the current one's audio ends (commit, clear, update)."""
@@ -418,6 +459,8 @@ def _parse(message: Message) -> dict[str, Any]:
         event = json.loads(message["text"])
     except ValueError:
         raise RealtimeError("invalid_json", "the message is not JSON") from None
+    except RecursionError:
+        raise RealtimeError("invalid_json", "the message nests too deeply") from None
     if not isinstance(event, dict):
         raise RealtimeError("invalid_json", "an event is a JSON object")
     return event
@@ -427,12 +470,17 @@ def _pcm(audio: object) -> bytes:
     """An append's PCM16 bytes, checked."""
     if not isinstance(audio, str):
         raise RealtimeError("invalid_audio", "audio must be base64 text")
-    if len(audio) > MAX_APPEND_BYTES * 4 // 3 + 4:
-        raise RealtimeError("audio_too_large", f"an append holds {MAX_APPEND_BYTES} bytes at most")
+    too_large = RealtimeError(
+        "audio_too_large", f"an append holds {MAX_APPEND_BYTES} bytes at most"
+    )
+    if len(audio) > -(-MAX_APPEND_BYTES // 3) * 4:  # base64: 4 characters per 3 bytes
+        raise too_large
     try:
         data = base64.b64decode(audio, validate=True)
     except (binascii.Error, ValueError):
         raise RealtimeError("invalid_base64", "audio is not base64") from None
+    if len(data) > MAX_APPEND_BYTES:
+        raise too_large
     if len(data) % 2:
         raise RealtimeError("invalid_audio", "pcm16 audio holds an even number of bytes")
     return data
@@ -461,6 +509,19 @@ def _settings(session: dict[str, Any], current: Settings) -> Settings:
     return Settings(
         rate=rate,
         model=str(transcription.get("model", current.model)),
-        language=transcription.get("language", current.language) or None,
+        language=_language(transcription.get("language", current.language)),
         endpoint_ms=endpoint,
     )
+
+
+def _language(language: object) -> str | None:
+    """A session's language code, in lower case as the target knows it ("EN": "en")."""
+    if language is not None and not isinstance(language, str):
+        raise RealtimeError("invalid_session", "language must be a language code such as en")
+    return language.lower() if language else None
+
+
+def _cut(value: object) -> str:
+    """A client's `value` as an error quotes it: its repr, cut to `ECHO_CHARS`."""
+    text = repr(value)
+    return text if len(text) <= ECHO_CHARS else f"{text[:ECHO_CHARS]}... ({len(text)} chars)"
