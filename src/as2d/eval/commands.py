@@ -143,6 +143,7 @@ def dataset_configs(args: argparse.Namespace) -> tuple[list[Recording], list[Con
         target=args.target,
         language=language,
         task=args.task,
+        runtime=args.runtime,
         device=args.device,
         dtype=args.dtype,
         drafts="off",  # a benchmark's drafter drafts: stored drafts would skew its numbers

@@ -37,7 +37,7 @@ import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import soxr
@@ -50,6 +50,9 @@ from as2d.live import DEFAULT_ENDPOINT_MS, LiveEvent, LiveSession
 from as2d.models.targets import check_language, target_languages
 from as2d.server.decoding import Engine
 from as2d.types import SAMPLE_RATE
+
+if TYPE_CHECKING:
+    from as2d.target import Backend
 
 OPENAI_RATE = 24_000  # OpenAI's pcm16: 24 kHz mono, little-endian
 RATES = (OPENAI_RATE, SAMPLE_RATE)  # audio/pcm rates taken (16 kHz: as2d's, not resampled)
@@ -177,7 +180,8 @@ class RealtimeApi:
 
     async def call(self, work: Callable[[], T]) -> T:
         """`work` in a worker thread while it holds the target (`Engine.lock`)."""
-        return await asyncio.to_thread(_locked, self.engine.lock, self.engine.threads, work)
+        e = self.engine
+        return await asyncio.to_thread(_locked, e.lock, e.target.backend, e.threads, work)
 
     def check(self, settings: Settings) -> None:
         if settings.model not in self.models:
@@ -189,11 +193,9 @@ class RealtimeApi:
             raise RealtimeError("invalid_language", str(err)) from None
 
 
-def _locked(lock: threading.Lock, threads: int, work: Callable[[], T]) -> T:
-    import torch
-
+def _locked(lock: threading.Lock, backend: Backend, threads: int, work: Callable[[], T]) -> T:
     with lock:
-        torch.set_num_threads(threads)  # this worker thread's, as the decoding thread's
+        backend.set_threads(threads)  # this worker thread's, as the decoding thread's
         return work()
 
 

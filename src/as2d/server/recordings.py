@@ -14,8 +14,7 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -98,7 +97,8 @@ class Recordings:
         while (recording := self.pending()) is not None and not busy():
             recording.status = "drafting"
             try:
-                with _threads(os.cpu_count() or 1):  # the target waits meanwhile
+                # On every core while the target waits, then back to the target's count.
+                with self.spec.family.threads(os.cpu_count() or 1):
                     self._drafter = self._drafter or load_drafter(self.spec)
                     drafts = make_drafts(
                         recording.path, self._drafter, self.spec, busy, recording.drafts
@@ -109,17 +109,3 @@ class Recordings:
                 recording.status = "ready"
             except Exception as err:  # this recording fails, the server goes on
                 recording.status, recording.error = "failed", f"{type(err).__name__}: {err}"
-
-
-@contextmanager
-def _threads(n: int) -> Iterator[None]:
-    """torch on `n` threads in the block (an in-process drafter on every core), then back to
-    the target's count."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
