@@ -8,6 +8,9 @@ outputs are read, so there is no queued work to wait for.
 
 from __future__ import annotations
 
+import ctypes
+import os
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -22,6 +25,22 @@ from as2d.engine.costs import machine_key
 # precision or the graphs), with a margin.
 ROUNDING_BOUND = 0.1
 PRECISION = "High"  # MNN's PrecisionMode (Normal, High, Low, Low_BF16) its graphs run at
+
+
+def import_mnn() -> Any:
+    """MNN's expression module, imported with its start-up banner (printed by its C++ on
+    stdout) sent to stderr, so a command's stdout stays its own (`exactness` prints JSON)."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        import MNN.expr
+
+        ctypes.CDLL(None).fflush(None)  # the banner, still in C's buffer, goes to stderr
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+    return MNN.expr
 
 
 class MnnBackend:
@@ -63,9 +82,7 @@ class MnnGraph:
     def __init__(
         self, path: Path, inputs: Sequence[str], outputs: Sequence[str], backend: MnnBackend
     ) -> None:
-        import MNN.expr
-
-        self._expr: Any = MNN.expr
+        self._expr: Any = import_mnn()
         self.path, self.inputs, self.outputs = path, list(inputs), list(outputs)
         self.backend = backend
         self._modules: dict[int, Any] = {}  # by thread count

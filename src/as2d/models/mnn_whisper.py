@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from as2d.audio.mel import log_mel
-from as2d.backends.mnn_backend import MnnBackend, MnnGraph
+from as2d.backends.mnn_backend import MnnBackend, MnnGraph, import_mnn
 from as2d.models.tokenizer import WhisperTokenizer
 from as2d.models.whisper import detect_language, spoken_language, suppress, whisper_prompt
 from as2d.models.whisper_net import WhisperNet
@@ -373,7 +373,7 @@ class MnnWhisperTarget:
 def mnn_available() -> bool:
     """MNN importable (the `mnn` extra)."""
     try:
-        import MNN  # noqa: F401
+        import_mnn()
     except ImportError:
         return False
     return True
