@@ -24,9 +24,9 @@ from typing import Any
 
 from as2d.audio.windows import iter_windows
 from as2d.engine.decode import decode_target_only
-from as2d.engine.target import Request, TargetAdapter
 from as2d.eval.datasets import load_dataset
 from as2d.models.targets import load_target
+from as2d.target import Request, TargetAdapter
 from as2d.types import Window
 
 

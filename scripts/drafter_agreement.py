@@ -32,11 +32,11 @@ from as2d.audio.windows import iter_windows
 from as2d.drafting.aligner import WordKeys, simulate
 from as2d.drafting.family import DEFAULT_TAIL_S, draft_audio
 from as2d.engine.decode import decode_target_only
-from as2d.engine.target import Request, TargetAdapter
 from as2d.eval.datasets import load_dataset
 from as2d.models.targets import load_target
 from as2d.runtime.drafts import load_drafter
 from as2d.runtime.spec import DrafterSpec
+from as2d.target import Request, TargetAdapter
 from as2d.types import Window
 
 DRAFTERS = "whisper-tiny.en,whisper-base,ct2:whisper-base"

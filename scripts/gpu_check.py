@@ -2,11 +2,11 @@
 
 On a GPU in float16/bfloat16 a verify pass of k + 1 rows and a single-token step run
 different kernels, so their logits differ in the last bits; the engine's guard recomputes a
-verify row whose top-2 margin is under `as2d.engine.verify.rounding_bound(dtype)`. This script
-builds tiny random-weight Whisper and Qwen2-Audio checkpoints, decodes the first windows of
-tests/data/long_en.flac with target-only, pld and as2d through the public API, counts the
-positions where a method's tokens differ from target-only's, and measures how far a
-16-token pass lies from 16 single steps, next to the bound that should cover it.
+verify row whose top-2 margin is under `as2d.backends.torch_backend.rounding_bound(dtype)`.
+This script builds tiny random-weight Whisper and Qwen2-Audio checkpoints, decodes the first
+windows of tests/data/long_en.flac with target-only, pld and as2d through the public API,
+counts the positions where a method's tokens differ from target-only's, and measures how far
+a 16-token pass lies from 16 single steps, next to the bound that should cover it.
 
 as2d drafts with the random Whisper itself; the drafter process runs it in int8 (and a
 bfloat16 encoder), so its drafts agree with a Whisper target in stretches. A Qwen target
@@ -52,11 +52,11 @@ from transformers.utils.logging import disable_progress_bar
 
 from as2d.api import Options, Transcriber
 from as2d.audio.windows import iter_windows
-from as2d.engine.target import Request, TargetAdapter
-from as2d.engine.verify import rounding_bound
+from as2d.backends.torch_backend import rounding_bound
 from as2d.eval.exactness import count_mismatches, window_margin
 from as2d.models.bundled import source_files
 from as2d.models.tokenizer import WhisperTokenizer
+from as2d.target import Request, TargetAdapter
 from as2d.types import WindowResult
 
 AUDIO = Path(__file__).resolve().parents[1] / "tests" / "data" / "long_en.flac"

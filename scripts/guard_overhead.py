@@ -16,7 +16,8 @@ from collections.abc import Callable
 
 import torch
 
-from as2d.engine.verify import Greedy, greedy_accept, rounding_bound
+from as2d.backends.torch_backend import rounding_bound
+from as2d.engine.verify import Greedy, greedy_accept
 
 VOCAB = 51_865  # whisper-base
 REPEATS = 400

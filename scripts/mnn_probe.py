@@ -26,10 +26,11 @@ import torch
 
 from as2d.audio.load import load_audio
 from as2d.audio.mel import log_mel
-from as2d.engine.target import Request
+from as2d.backends.mnn_backend import PRECISION, MnnBackend
 from as2d.models.bundled import load_whisper_net
 from as2d.models.mnn_whisper import MnnWhisperTarget, exported, greedy
 from as2d.models.whisper import WhisperTarget
+from as2d.target import Request
 
 CLIP = "tests/data/asterisk/en/demo-nogo.wav"
 REPEATS = 5  # timed runs after one warm-up; the median is reported
@@ -90,6 +91,7 @@ def main() -> None:
     parser.add_argument("--weights", default="float32", choices=("float32", "int8", "int4"))
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("-k", type=int, default=8, help="verify pass length")
+    parser.add_argument("--precision", default=PRECISION, help="MNN's PrecisionMode")
     args = parser.parse_args()
 
     directory = exported(args.model, args.weights)
@@ -108,7 +110,8 @@ def main() -> None:
     rows = []
     for threads in args.threads:
         torch.set_num_threads(threads)
-        target = MnnWhisperTarget(directory, net, tokenizer, threads)
+        backend = MnnBackend(threads, precision=args.precision)
+        target = MnnWhisperTarget(directory, net, tokenizer, backend)
         encoded = target.encode(audio)
         if threads == args.threads[0]:
             report_exactness(target, encoded, torch_target, torch_encoded, prompt, reference, k)

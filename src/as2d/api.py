@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
-import torch
 
 from as2d.audio.load import AudioError
 from as2d.audio.windows import SpeechWindower
@@ -32,8 +31,6 @@ from as2d.engine.calibrate import synced_clock
 from as2d.engine.decode import WindowDecoder
 from as2d.engine.factory import DecoderFactory
 from as2d.engine.policy import BudgetPolicy
-from as2d.engine.target import Request, TargetAdapter
-from as2d.engine.verify import rounding_bound
 from as2d.models.targets import adapter_class, check_target, load_target, torch_dtype
 from as2d.models.whisper import WhisperTarget
 from as2d.options import (
@@ -49,6 +46,7 @@ from as2d.runtime.cores import thread_split
 from as2d.runtime.drafter import DrafterProcess, start_drafter
 from as2d.runtime.drafts import stored_drafts
 from as2d.runtime.prepared import PreparedEncodings, prepared_encodings
+from as2d.target import Request, TargetAdapter
 from as2d.timestamps import AligningTarget, forced_words, segments_of, window_words
 from as2d.types import SAMPLE_RATE, RunStats, Segment, Window, WindowResult
 from as2d.writers import FileResult
@@ -120,7 +118,7 @@ class Transcriber:
         Whatever fails here (a bad option or model, Ctrl-C) closes what was started and sets
         the thread count back, as `close` does, before it raises.
         """
-        self._threads_before: int | None = torch.get_num_threads()  # `close` sets it back
+        self._threads_before: int | None = None  # `close` sets the target's back to it
         self._drafter = drafter_process  # owned from here on: `close` stops it
         try:
             self.options = options or Options(**overrides)  # type: ignore[arg-type]
@@ -130,14 +128,18 @@ class Transcriber:
                 threads = self.options.threads or target_threads + drafter_threads
                 target_threads, drafter_threads = threads, 0
             self.threads, self.drafter_threads = target_threads, drafter_threads
-            torch.set_num_threads(target_threads)
             # Started before the target loads, so that the drafter's model loads meanwhile.
             if self._drafter is None and spawn_drafter:
                 self._drafter = start_drafter(drafter_spec(self.options))
             o = self.options
-            self.target = shared_target or load_target(o.target, o.device, torch_dtype(o.dtype))
+            self.target = shared_target or load_target(
+                o.target, o.device, torch_dtype(o.dtype), o.runtime
+            )
+            self.backend = self.target.backend
+            self._threads_before = self.backend.threads()
+            self.backend.set_threads(target_threads)
             self.tokenizer = self.target.tokenizer
-            self.rule = rule(o, rounding_bound(self.target.dtype))
+            self.rule = rule(o, self.backend.bound)
             # Warm-up passes keep first calls out of timings: the runs' (`warm`), and the costs
             # that speculative methods measure on first use; a one-off run with costs cached
             # skips them.
@@ -173,7 +175,8 @@ class Transcriber:
         check(self.options)
         if shared_target is None:  # a target loaded already is on this machine
             check_target(self.options)  # a language or task the target cannot decode
-        family = type(shared_target) if shared_target else adapter_class(self.options.target)
+        o = self.options
+        family = type(shared_target) if shared_target else adapter_class(o.target, o.runtime)
         if self.options.task == "ask" and not family.follows_requests:
             raise ValueError(
                 f"target {self.options.target} cannot follow requests: ask needs an audio LLM "
@@ -190,12 +193,12 @@ class Transcriber:
         self.close()
 
     def close(self) -> None:
-        """Stops the drafter process, if any, and sets torch's thread count back to what it was
-        before this Transcriber set its own (a caller's settings outlive it)."""
+        """Stops the drafter process, if any, and sets the target's thread count back to what it
+        was before this Transcriber set its own (a caller's settings outlive it)."""
         if self._drafter is not None:
             self._drafter.close()
         if self._threads_before is not None:
-            torch.set_num_threads(self._threads_before)
+            self.backend.set_threads(self._threads_before)
             self._threads_before = None
 
     def warm_up(self) -> Any:
@@ -337,10 +340,10 @@ class Transcriber:
                 encoded = self.target.encode(window.audio, loan.take if loan else None)
             asked = replace(asked, language=self.target.language(encoded, asked.language))
             decoder.prepare(window, asked.language)  # sd: the drafter's encoder forward
-        t1 = synced_clock(self.target.device)
+        t1 = synced_clock(self.backend)
         prompt = self.target.prompt(encoded, asked)
         token_ids, counts = decoder.decode(window, encoded, prompt, self.rule, list(request_tokens))
-        t2 = synced_clock(self.target.device)
+        t2 = synced_clock(self.backend)
         text = self.tokenizer.decode(token_ids).strip()
         w = window
         result = WindowResult(
@@ -350,7 +353,7 @@ class Transcriber:
         if timestamps != "none":
             with_words = timestamps == "word"  # else segments only: no word probabilities
             result.segments = self._segments(window, prompt, result, asked.language, with_words)
-            result.align_s = synced_clock(self.target.device) - t2
+            result.align_s = synced_clock(self.backend) - t2
         return result, asked
 
     def prepared(self, audio: object, create: bool = False) -> PreparedEncodings | None:

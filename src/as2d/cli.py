@@ -22,6 +22,7 @@ from types import FrameType
 # Only what argument parsing needs is imported here (no torch, no transformers): `--help`
 # answers at once, and each command imports the library modules it uses when it runs.
 from as2d import commands
+from as2d.backends import RUNTIMES
 from as2d.commands import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, EXIT_USAGE, UsageError, fail
 from as2d.drafting.family import DEFAULT_TAIL_S
 from as2d.eval import commands as eval_commands
@@ -219,7 +220,15 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
         help="use the target's encoder outputs stored by as2d prepare",
     )  # fmt: skip
     parser.add_argument("--store", default=None, help="the draft store; default $AS2D_CACHE/drafts")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads for the target")
+    parser.add_argument("--threads", type=int, default=None, help="the target's threads")
+    add_runtime_options(parser)
+
+
+def add_runtime_options(parser: argparse.ArgumentParser) -> None:
+    """What runs the target: runtime, device, dtype."""
+    parser.add_argument(
+        "--runtime", default="torch", choices=RUNTIMES, help="torch (default), or mnn (CPU)"
+    )
     parser.add_argument("--device", default="cpu", help="the target's device: cpu or cuda[:N]")
     parser.add_argument("--dtype", default=None, choices=DTYPES, help="the target's weights")
 
@@ -234,8 +243,7 @@ def add_bench_parser(commands: argparse._SubParsersAction) -> None:
     bench.add_argument("--repeats", type=int, default=1)
     bench.add_argument("--limit", type=int, default=None, help="only the first N recordings")
     bench.add_argument("--target", default="whisper-base")
-    bench.add_argument("--device", default="cpu", help="the target's device: cpu or cuda[:N]")
-    bench.add_argument("--dtype", default=None, choices=DTYPES, help="the target's weights")
+    add_runtime_options(bench)
     bench.add_argument("--language", default=None, help="default: the dataset's, else detect")
     bench.add_argument("--task", default="transcribe", choices=("transcribe", "translate"))
     bench.add_argument("--quiet-wait", type=float, default=0.0, help="max s to wait for others")
@@ -263,8 +271,7 @@ def add_exactness_parser(commands: argparse._SubParsersAction) -> None:
     )
     check.add_argument("dataset", metavar="DATASET", help="manifest.jsonl, folder, asterisk:LANG")
     check.add_argument("--target", default="whisper-base")
-    check.add_argument("--device", default="cpu", help="the target's device: cpu or cuda[:N]")
-    check.add_argument("--dtype", default=None, choices=DTYPES, help="the target's weights")
+    add_runtime_options(check)
     check.add_argument("--methods", default="target,as2d,pld,sd", help="comma-separated")
     check.add_argument("--drafters", default="auto,ct2:whisper-tiny.en")
     check.add_argument("--budgets", default="auto", help="comma-separated: auto or k")

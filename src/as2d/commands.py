@@ -224,7 +224,9 @@ def transcribe_on_cluster(
         raise UsageError("--ray-cpus-per-worker must be at least 1")
     try:
         check(options)
-        adapter_class(options.target)  # a bad model name: one line here, not on every worker
+        adapter_class(
+            options.target, options.runtime
+        )  # a bad model name: one line here, not on every worker
     except ValueError as err:
         raise UsageError(str(err)) from err
     durations = dict(zip(files, _durations(files), strict=True))
@@ -255,6 +257,7 @@ def model_options(args: argparse.Namespace) -> Options:
         raise UsageError("--drafter-threads must be at least 1")
     options = Options(
         target=args.target,
+        runtime=args.runtime,
         device=args.device,
         dtype=args.dtype,
         method=args.method,

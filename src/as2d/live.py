@@ -34,12 +34,11 @@ from queue import Empty, Queue, SimpleQueue
 from typing import Any
 
 import numpy as np
-import torch
 
 from as2d.api import Transcriber
 from as2d.audio.windows import SpeechWindower
 from as2d.engine.as2d import SpeculativeDecoder
-from as2d.engine.target import Request
+from as2d.target import Request
 from as2d.types import SAMPLE_RATE, Window, WindowResult
 
 DEFAULT_ENDPOINT_MS = 600  # a pause this long ends an utterance
@@ -309,7 +308,7 @@ class _Engine:
     def serve(self, jobs: Queue[_Job | _Newest | None]) -> None:
         """Does the jobs in order until None (a `_Newest`: the job it holds by then); says
         provisional text while idle."""
-        torch.set_num_threads(self.transcriber.threads)  # a new thread's own setting
+        self.transcriber.backend.set_threads(self.transcriber.threads)  # a new thread's own
         while True:
             try:
                 job = jobs.get(timeout=CAPTION_EVERY_S)

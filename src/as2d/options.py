@@ -1,4 +1,5 @@
-"""Options: how to decode (target, method, task, drafter, budget, threads, device), and checks.
+"""Options: how to decode (target, runtime, method, task, drafter, budget, threads, device),
+and checks.
 
 Shared by the API, the command line and the benchmark; nothing here loads a model, and torch
 is imported only inside the functions that use it, so the command line parses without it.
@@ -9,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from as2d.backends import RUNTIMES
 from as2d.drafting.family import (
     AUTO,
     DEFAULT_TAIL_S,
@@ -34,6 +36,7 @@ class Options:
     """How to decode, shared by every recording of a Transcriber."""
 
     target: str = "whisper-base"  # bundled name, local directory or Hugging Face id
+    runtime: str = "torch"  # what runs the target: one of backends.RUNTIMES ("mnn": CPU)
     device: str = "cpu"  # the target's device: "cpu" or "cuda" (the drafter stays on the CPU)
     dtype: str | None = None  # the target's weights: float32/float16/bfloat16; None: default
     method: str = "as2d"  # one of METHODS
@@ -54,7 +57,7 @@ class Options:
     prepared: str = "auto"  # "auto" uses the target's encoder outputs stored ahead (`as2d
     # prepare`, runtime/prepared.py, under drafts_dir); "off" computes every one
     # Threads: default splits the cores between target and drafter (as2d), else all cores
-    threads: int | None = None  # the target's torch threads
+    threads: int | None = None  # the target's threads (on its runtime)
     drafter_threads: int | None = None
     lend_cores: bool = True  # as2d, CPU: the drafter stops for the target's encoder (see as2d.py)
     draft_gate: bool = True  # as2d, CPU: windows too short to pay for drafting are decoded alone
@@ -112,7 +115,7 @@ def aligner_name(options: Options, language: str | None) -> str:
 
 def rule(options: Options, bound: float = 0.0) -> Rule:
     """Greedy, or temperature sampling with its own seeded generator; `bound`: the guard's
-    (`verify.rounding_bound` of the target's dtype)."""
+    (`Backend.bound` of the target's runtime)."""
     import torch
 
     from as2d.engine.verify import Greedy, Sampling
@@ -122,6 +125,20 @@ def rule(options: Options, bound: float = 0.0) -> Rule:
     generator = torch.Generator()
     generator.manual_seed(options.seed if options.seed is not None else torch.seed())
     return Sampling(options.temperature, generator, bound)
+
+
+def _check_runtime(options: Options) -> None:
+    """Raises ValueError, one line, for a runtime that cannot run these options."""
+    if options.runtime not in RUNTIMES:
+        raise ValueError(f"unknown runtime {options.runtime!r}; choose from {', '.join(RUNTIMES)}")
+    if options.runtime == "torch":
+        return
+    if options.device != "cpu" or options.dtype not in (None, "float32"):
+        raise ValueError(f"the {options.runtime} runtime runs float32 on the CPU")
+    if options.method == "sd":
+        raise ValueError(f"sd runs its drafter beside a torch target, not on {options.runtime}")
+    if options.timestamps != "none":
+        raise ValueError(f"timestamps are not available on {options.runtime} (use torch)")
 
 
 def _cuda_available() -> bool:
@@ -153,6 +170,7 @@ def check(options: Options) -> None:
         raise ValueError("the ask task needs a request, e.g. 'Summarise the recording.'")
     if options.temperature < 0:
         raise ValueError(f"temperature must be >= 0, got {options.temperature}")
+    _check_runtime(options)
     if options.dtype is not None and options.dtype not in DTYPES:
         raise ValueError(f"unknown dtype {options.dtype!r}; choose from {', '.join(DTYPES)}")
     if options.device != "cpu" and not options.device.startswith("cuda"):

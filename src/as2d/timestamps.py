@@ -90,7 +90,7 @@ def forced_words(
     """Another model's `text` for `window`, timed by a Whisper `aligner` (a WhisperTarget)
     reading it as if it had said it: the same cross-attention method, on text it did not
     choose, so the times are approximate (and probabilities are the aligner's)."""
-    from as2d.engine.target import Request
+    from as2d.target import Request
 
     if not text.strip():
         return []

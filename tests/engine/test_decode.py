@@ -9,9 +9,9 @@ import torch
 from transformers import WhisperFeatureExtractor
 
 from as2d.engine.decode import decode_target_only
-from as2d.engine.target import Request
 from as2d.models.whisper import WhisperTarget
 from as2d.models.whisper_net import WhisperNet
+from as2d.target import Request
 
 
 def _audio(seed: int) -> np.ndarray:

@@ -25,7 +25,7 @@ from as2d.drafting.sources import Candidate
 from as2d.engine.decode import decode_target_only
 from as2d.engine.policy import FixedBudget
 from as2d.engine.speculative import speculative_decode
-from as2d.engine.verify import Greedy, rounding_bound
+from as2d.engine.verify import Greedy
 from as2d.eval.speech import PASSAGES, espeak_speech
 from as2d.models.whisper import WhisperTarget
 from as2d.types import SAMPLE_RATE
@@ -74,7 +74,7 @@ def check_window(target: WhisperTarget, audio: np.ndarray, cores: int, totals: T
     encoded = target.encode(audio)
     expected = decode_target_only(target, encoded, prompt)
     torch.set_num_threads(1)
-    rule = Greedy(rounding_bound(target.dtype))
+    rule = Greedy(target.backend.bound)
     source = TargetOnlyTokens(expected)
     tokens, counts = speculative_decode(
         target, encoded, prompt, [source], FixedBudget(16), rule=rule

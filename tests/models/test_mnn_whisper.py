@@ -1,4 +1,5 @@
-"""The MNN Whisper target decodes a real clip to the same greedy tokens as `WhisperTarget`."""
+"""The MNN Whisper target decodes a real clip to the same greedy tokens as `WhisperTarget`, on
+any thread count between calls, and as2d over it gives target-only's tokens on MNN."""
 
 from __future__ import annotations
 
@@ -8,11 +9,12 @@ import numpy as np
 import pytest
 import torch
 
+from as2d.api import Options, compare
 from as2d.audio.load import load_audio
-from as2d.engine.target import Request
 from as2d.models.bundled import load_whisper_net
 from as2d.models.mnn_whisper import MnnWhisperTarget, export, greedy, mnn_available
 from as2d.models.whisper import WhisperTarget
+from as2d.target import Request
 
 pytestmark = [
     pytest.mark.slow,
@@ -59,3 +61,42 @@ def test_rollback_then_the_same_pass_gives_the_same_scores(
 
     assert mnn_target.length == len(prompt) + 3
     torch.testing.assert_close(again, first, rtol=0, atol=0)
+
+
+def test_threads_change_between_calls(mnn_target: MnnWhisperTarget, audio) -> None:
+    """Core lending sets the backend's threads between passes: the next pass runs on them,
+    with the same scores (MNN's kernels split work by rows, not by thread count)."""
+    prompt = mnn_target.tokenizer.prompt("en", "transcribe")
+    encoded = mnn_target.encode(audio)
+    mnn_target.prefill(encoded, prompt)
+    one = mnn_target.forward([40, 1101]).clone()
+
+    mnn_target.backend.set_threads(2)
+    try:
+        mnn_target.prefill(encoded, prompt)
+        two = mnn_target.forward([40, 1101])
+        decoder = mnn_target.graphs["decoder"]
+        assert sorted(decoder._modules) == [1, 2]
+    finally:
+        mnn_target.backend.set_threads(1)
+    assert int(one.argmax(-1)[-1]) == int(two.argmax(-1)[-1])
+
+
+def test_options_refuse_what_mnn_cannot_run() -> None:
+    with pytest.raises(ValueError, match="timestamps are not available on mnn"):
+        compare(CLIP, Options(target=MODEL, runtime="mnn", timestamps="word"), ("target",))
+    with pytest.raises(ValueError, match="float32 on the CPU"):
+        compare(CLIP, Options(target=MODEL, runtime="mnn", dtype="float16"), ("target",))
+
+
+def test_as2d_over_mnn_equals_mnn_target_only() -> None:
+    """`as2d transcribe --runtime mnn` against `--method target --runtime mnn`, token for
+    token, on a real clip (the torch drafter's text verified by the MNN target, the guard at
+    MNN's rounding bound)."""
+    options = Options(target=MODEL, runtime="mnn", language="en", drafts="off", draft_gate=False)
+
+    target, as2d = compare(str(CLIP), options, ("target", "as2d"))
+
+    assert [r.token_ids for r in as2d.results] == [r.token_ids for r in target.results]
+    assert sum(len(r.token_ids) for r in target.results) > 10
+    assert sum(r.accepted_tokens for r in as2d.results) > 0  # drafts were verified

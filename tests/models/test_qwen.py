@@ -22,10 +22,10 @@ from as2d.drafting.sources import HistoryLookup, PromptLookup
 from as2d.engine.decode import decode_target_only
 from as2d.engine.policy import AutoBudget, CostModel, FixedBudget
 from as2d.engine.speculative import speculative_decode
-from as2d.engine.target import Request
 from as2d.models.qwen import ChatAudioTarget, OmniThinkerTarget, Qwen2AudioTarget
 from as2d.models.targets import adapter_class, load_target
 from as2d.models.whisper import WhisperTarget
+from as2d.target import Request
 
 FAMILIES = {"qwen2_audio": Qwen2AudioTarget, "qwen2_5_omni_thinker": OmniThinkerTarget}
 ASK = Request("ask", None, "What is said here? Summarise the recording.")

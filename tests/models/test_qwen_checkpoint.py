@@ -31,10 +31,10 @@ from transformers import (
 from transformers.processing_utils import ProcessorMixin
 
 from as2d.engine.decode import decode_target_only
-from as2d.engine.target import Request
 from as2d.models.qwen import ChatAudioTarget
 from as2d.models.qwen_checkpoint import device_map, not_greedy
 from as2d.models.targets import load_target
+from as2d.target import Request
 
 FAMILIES = ("qwen2_audio", "qwen2_5_omni_thinker")
 AUDIO = np.random.default_rng(0).standard_normal(16_000 * 3).astype(np.float32) * 0.1  # 3 s

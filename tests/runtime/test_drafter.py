@@ -19,6 +19,7 @@ import soundfile as sf
 import soxr
 import torch
 
+from as2d.backends.torch_backend import TorchBackend
 from as2d.drafting.draft_tokens import DraftTokens
 from as2d.models.bundled import ModelNotFoundError, ct2_dir
 from as2d.models.tokenizer import WhisperTokenizer
@@ -262,7 +263,7 @@ def test_stopped_drafters_die_with_their_parent_process(tmp_path: Path, ct2_read
 
 def test_core_loan_without_a_drafter_takes_the_cores_and_gives_them_back() -> None:
     before = torch.get_num_threads()
-    loan = CoreLoan(None, 0, threads=1, extra=1)
+    loan = CoreLoan(TorchBackend(), None, 0, threads=1, extra=1)
     loan.take()
     assert loan.taken and torch.get_num_threads() == 2
     loan.close()
@@ -280,7 +281,7 @@ def test_core_loan_waits_until_the_drafter_has_drafted_the_window(clip: np.ndarr
     with DrafterProcess(DrafterSpec("whisper-tiny.en", threads=1)) as drafter:
         drafter.wait_ready(120)
         drafter.submit(window(0, clip))
-        loan = CoreLoan(drafter, 0, threads=1, extra=1)
+        loan = CoreLoan(TorchBackend(), drafter, 0, threads=1, extra=1)
         loan.take()  # at once: the drafter is still in its encoder
         assert not loan.taken and torch.get_num_threads() == 1
         wait_for(drafter, lambda: len(drafter.text(0)) > 5)
@@ -306,7 +307,7 @@ def test_core_loan_waits_until_a_ct2_drafter_has_finished_the_window(
         drafter.wait_ready(120)
         drafter.submit(window(0, np.tile(clip, 5)))  # about 25 s: over a second to generate
         wait_for(drafter, lambda: drafter.encoded(0))
-        loan = CoreLoan(drafter, 0, threads=1, extra=1)
+        loan = CoreLoan(TorchBackend(), drafter, 0, threads=1, extra=1)
         loan.take()  # past its encoder, inside generate
         assert not loan.taken and not drafter.done(0) and torch.get_num_threads() == 1
         wait_for(drafter, lambda: drafter.done(0))

@@ -76,3 +76,8 @@ class ByLanguage:
 
     def costs(self) -> dict[str, DraftCosts]:
         return self._costs
+
+
+def load(spec: DrafterSpec, model: str) -> ByLanguage:
+    """`auto`'s drafter (`family.KINDS`); `model` is "auto" itself."""
+    return ByLanguage(spec)

@@ -94,6 +94,11 @@ class CT2WhisperDrafter:
         yield len(ids), self.tokenizer.decode(ids)
 
 
+def load(spec: DrafterSpec, model: str) -> CT2WhisperDrafter:
+    """A `ct2:` drafter (`family.KINDS`): `model` a bundled name or a CT2 directory."""
+    return CT2WhisperDrafter(spec, model)
+
+
 def _bundled_dir(name: str) -> Path:
     """The directory of a bundled CT2 model (joined into the cache once, on first use)."""
     from as2d.models.bundled import ct2_dir

@@ -5,7 +5,8 @@ process and a CTranslate2 drafter process read it before (or without) torch.
 A drafter's text is a hint the target verifies, so a drafter may take every shortcut that
 keeps it close (DESIGN.md, Drafters are approximate): its encoder reads the window's speech
 plus a short tail instead of Whisper's 30 s (`draft_audio`), which costs a fraction on short
-windows but lets the decoder run on past the content; `RunOnGuard` bounds that. Kinds:
+windows but lets the decoder run on past the content; `RunOnGuard` bounds that. Kinds
+(`KINDS`):
 
     whisper-tiny.en, a HF dir/id   torch: the lean WhisperTarget decoder, approximate arithmetic,
                                    text after every token (drafting/torch_whisper.py)
@@ -13,14 +14,17 @@ windows but lets the decoder run on past the content; `RunOnGuard` bounds that. 
     auto                            by the window's language: tiny.en for English, the
                                     multilingual bundled base otherwise (by_language.py)
 
-A new kind of drafter is one new module with a `DraftModel` and one line in `DrafterFamily.load`.
+A new kind of drafter is one new module with a `load(spec, model) -> DraftModel` function and
+one `DrafterKind` in `KINDS`; nothing else asks which kind a drafter is.
 """
 
 from __future__ import annotations
 
+import importlib
 import math
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -31,6 +35,7 @@ from as2d.types import HOP, MAX_WINDOW_S, N_FRAMES, N_SAMPLES, SAMPLE_RATE, Wind
 
 if TYPE_CHECKING:
     from as2d.runtime.spec import DrafterSpec
+    from as2d.target import Backend
 
 AUTO = "auto"
 CT2_PREFIX = "ct2:"  # "ct2:<bundled name or CT2 dir>" runs CTranslate2 int8
@@ -99,9 +104,80 @@ class DraftModel(Protocol):
         ...
 
 
+def _check_torch(model: str) -> None:
+    """A Whisper name, directory or id that PyTorch can load from this machine."""
+    from as2d.models.bundled import local_model_dir
+
+    local_model_dir(model)
+
+
+def _check_ct2(model: str) -> None:
+    """A bundled name or a CTranslate2 model's directory."""
+    from as2d.models.bundled import BUNDLED, ModelNotFoundError
+
+    if model not in BUNDLED and not Path(model).is_dir():
+        raise ModelNotFoundError(
+            f"unknown drafter {CT2_PREFIX + model!r}: ct2: takes a bundled model "
+            f"({', '.join(sorted(BUNDLED))}) or a CTranslate2 model's directory"
+        )
+
+
+def _check_nothing(model: str) -> None:
+    """`auto`'s models are bundled."""
+
+
+@dataclass(frozen=True)
+class DrafterKind:
+    """One kind of drafter: which names are its, how its model loads and runs.
+
+    Attributes:
+        kind: its name ("torch", "ct2", "auto").
+        module: the module whose `load(spec, model) -> DraftModel` loads it (imported then).
+        prefix: names starting with it are this kind, the model after it ("ct2:"); "" for
+            the kind of every other name (the last in `KINDS`).
+        exact: the name is the prefix itself ("auto"), which is also its model.
+        backend: "module:Class" of its runtime's `Backend` (constructed without arguments),
+            which sets an in-process drafter's threads; None where they are fixed when the
+            model loads (CTranslate2's come from the spec).
+        streams: publishes text token by token (else only at a window's end).
+        coupled: sd can run it in the target's process (a PyTorch model with a KV cache).
+        by_language: the model that drafts a window depends on its language.
+        check: raises ModelNotFoundError where its model is not on this machine.
+    """
+
+    kind: str
+    module: str
+    prefix: str
+    exact: bool = False
+    backend: str | None = "as2d.backends.torch_backend:TorchBackend"
+    streams: bool = True
+    coupled: bool = True
+    by_language: bool = False
+    check: Callable[[str], None] = _check_nothing
+
+    def owns(self, name: str) -> bool:
+        """Whether the drafter `name` is of this kind."""
+        return name == self.prefix if self.exact else name.startswith(self.prefix)
+
+
+KINDS = (  # the first that owns a name is its kind
+    DrafterKind("auto", "as2d.drafting.by_language", AUTO, exact=True, by_language=True),
+    DrafterKind(
+        "ct2",
+        "as2d.drafting.ct2_whisper",
+        CT2_PREFIX,
+        backend=None,
+        streams=False,
+        coupled=False,
+        check=_check_ct2,
+    ),
+    DrafterKind("torch", "as2d.drafting.torch_whisper", "", check=_check_torch),
+)
+
+
 @dataclass(frozen=True)
 class DrafterFamily:
-    """The kind of drafter a name stands for.
+    """The kind of drafter a name stands for (`KINDS`).
 
     Attributes:
         name: as given: "auto", "ct2:<bundled name or CT2 dir>", or a Whisper name, local
@@ -111,40 +187,44 @@ class DrafterFamily:
     name: str
 
     @property
+    def entry(self) -> DrafterKind:
+        """Its kind's registration in `KINDS`."""
+        return next(k for k in KINDS if k.owns(self.name))
+
+    @property
     def kind(self) -> str:
         """ "auto", "ct2" or "torch"."""
-        if self.name == AUTO:
-            return AUTO
-        return "ct2" if self.name.startswith(CT2_PREFIX) else "torch"
+        return self.entry.kind
 
     @property
     def model(self) -> str:
         """The model after any prefix: "ct2:whisper-base" -> "whisper-base"."""
-        return self.name.removeprefix(CT2_PREFIX)
+        kind = self.entry
+        return self.name if kind.exact else self.name.removeprefix(kind.prefix)
 
     @property
     def streams(self) -> bool:
         """Whether its text arrives token by token (CTranslate2's only at a window's end)."""
-        return self.kind != "ct2"
+        return self.entry.streams
 
     @property
     def coupled(self) -> bool:
         """Whether sd can run it in the target's process (a PyTorch model with a KV cache)."""
-        return self.kind != "ct2"
+        return self.entry.coupled
 
     @property
     def by_language(self) -> bool:
         """Whether the model that drafts a window depends on its language (`model_for`)."""
-        return self.kind == AUTO
+        return self.entry.by_language
 
     def warm_keys(self, language: str | None) -> tuple[str, ...]:
         """The `DraftCosts` keys its start-up times for a drafter given `language`: "en" for
         `auto`'s English model (loaded at once unless another language is given), else "*"."""
-        return ("en",) if self.kind == AUTO and language in (None, "en") else (ANY_LANGUAGE,)
+        return ("en",) if self.by_language and language in (None, "en") else (ANY_LANGUAGE,)
 
     def model_for(self, language: str | None) -> str:
         """The Whisper model that drafts `language` (None: not known yet)."""
-        if self.kind != AUTO:
+        if not self.by_language:
             return self.model
         return ENGLISH_DRAFTER if language == "en" else MULTILINGUAL_DRAFTER
 
@@ -158,32 +238,26 @@ class DrafterFamily:
         """Raises ModelNotFoundError (a ValueError), one line, where the drafter's model is
         not on this machine: neither bundled nor a directory (nor, for PyTorch, in the local
         Hugging Face cache). Nothing is loaded."""
-        from as2d.models.bundled import BUNDLED, ModelNotFoundError, local_model_dir
-
-        if self.kind == AUTO:
-            return
-        if self.kind == "torch":
-            local_model_dir(self.model)
-        elif self.model not in BUNDLED and not Path(self.model).is_dir():
-            raise ModelNotFoundError(
-                f"unknown drafter {self.name!r}: ct2: takes a bundled model "
-                f"({', '.join(sorted(BUNDLED))}) or a CTranslate2 model's directory"
-            )
+        self.entry.check(self.model)
 
     def load(self, spec: DrafterSpec) -> DraftModel:
         """The drafter model of `spec`, loaded in this process (a bundled CT2 name becomes its
         directory, joined into the cache on first use)."""
-        if self.kind == AUTO:
-            from as2d.drafting.by_language import ByLanguage
+        module = importlib.import_module(self.entry.module)
+        model: DraftModel = module.load(spec, self.model)
+        return model
 
-            return ByLanguage(spec)
-        if self.kind == "ct2":
-            from as2d.drafting.ct2_whisper import CT2WhisperDrafter
+    def threads(self, threads: int) -> AbstractContextManager[None]:
+        """Its runtime on `threads` in the block, then back (an in-process drafter sharing the
+        target's process); nothing where its threads are fixed when it loads."""
+        from as2d.target import threads_set
 
-            return CT2WhisperDrafter(spec, self.model)
-        from as2d.drafting.torch_whisper import TorchWhisperDrafter
-
-        return TorchWhisperDrafter(spec, self.model)
+        where = self.entry.backend
+        if where is None:
+            return nullcontext()
+        module, name = where.split(":")
+        backend: Backend = getattr(importlib.import_module(module), name)()
+        return threads_set(backend, threads)
 
 
 def draft_seconds(window: Window, tail_s: float | None) -> float:

@@ -38,9 +38,10 @@ class TorchWhisperDrafter:
     def __init__(self, spec: DrafterSpec, model: str) -> None:
         import torch
 
+        from as2d.backends.torch_backend import TorchBackend
         from as2d.models.whisper import WhisperTarget
 
-        torch.set_num_threads(spec.threads)
+        TorchBackend().set_threads(spec.threads)
         # In-process drafting (`drafts.py`) where torch already ran cannot change it.
         with contextlib.suppress(RuntimeError):
             torch.set_num_interop_threads(1)
@@ -89,3 +90,8 @@ class TorchWhisperDrafter:
                 return
             yield len(guard.tokens), self.tokenizer.decode(guard.tokens)
             scores = self.model.forward([token])[-1]
+
+
+def load(spec: DrafterSpec, model: str) -> TorchWhisperDrafter:
+    """A PyTorch Whisper drafter (`family.KINDS`): a Whisper name, directory or hub id."""
+    return TorchWhisperDrafter(spec, model)

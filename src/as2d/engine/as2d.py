@@ -18,8 +18,6 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
-import torch
-
 from as2d.drafting.aligner import DrafterStreamSource, WordKeys
 from as2d.drafting.draft_tokens import DraftTokens
 from as2d.drafting.family import DraftCosts, draft_seconds
@@ -27,11 +25,11 @@ from as2d.drafting.sources import CandidateSource, HistoryLookup, PromptLookup
 from as2d.engine.gate import PROBE_EVERY, DraftGate
 from as2d.engine.policy import BudgetPolicy
 from as2d.engine.speculative import StepCounts, speculative_decode
-from as2d.engine.target import Target, TextTokenizer
 from as2d.engine.verify import Rule
 from as2d.runtime.cores import CoreLoan
 from as2d.runtime.drafter import DrafterProcess
 from as2d.runtime.drafts import Drafts
+from as2d.target import Target, TextTokenizer
 from as2d.types import DrafterActivity, Window
 
 MIN_SHARED_PASSES = 8  # passes a window's drafter shares the cores before `Payoff` judges it
@@ -200,9 +198,9 @@ class SpeculativeDecoder:
         by default for its encoder, once the drafter can spare them (`encoder_ready`);
         `ready()` says when otherwise. Without `cores`, a loan that takes nothing."""
         index = self.base + window.index
-        threads, extra = self.cores or (torch.get_num_threads(), 0)
+        threads, extra = self.cores or (self.target.backend.threads(), 0)
         when = ready or (lambda: self.encoder_ready(index))
-        loan = CoreLoan(self.drafter, index, threads, extra, when, self.policy)
+        loan = CoreLoan(self.target.backend, self.drafter, index, threads, extra, when, self.policy)
         if self.cores is None:
             loan.taken = True  # nothing to lend
         try:

@@ -3,8 +3,8 @@
 The policy (DESIGN.md, Policy) needs the latency of one target forward over 1 + k tokens for
 k = 0 (a plain step) to K. It depends on the machine, the model and the thread count, so it is
 measured on a real window's encoder output and cached as JSON beside the converted weights,
-under a key of the processor, the torch version and the device (`costs.machine_key`). On a GPU each
-pass is timed to the end of its queued kernels, not to their launch.
+under its backend's key (`Backend.cost_key`: processor, runtime, device). Each pass is timed
+to the end of its queued work (`Backend.sync`: a GPU's kernels), not to their launch.
 """
 
 from __future__ import annotations
@@ -14,13 +14,10 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-import torch
-
 from as2d.engine.policy import CostModel
-from as2d.engine.target import Encoded, Target
+from as2d.target import Backend, Encoded, Target
 from as2d.writers import atomic_path
 
-CPU = torch.device("cpu")
 CONTEXT = 64  # cached positions the passes are measured over (a typical mid-window length)
 
 
@@ -30,7 +27,6 @@ def measure_cost(
     prompt: Sequence[int],
     max_k: int = 16,
     repeats: int = 5,
-    device: torch.device = CPU,
 ) -> CostModel:
     """Median latency of a forward over 1 + k tokens, k = 0..max_k, at a typical context.
 
@@ -40,7 +36,6 @@ def measure_cost(
         prompt: a valid decoder prompt.
         max_k: the largest budget measured.
         repeats: measurements per k; the median is kept.
-        device: the target's device (a GPU's passes are timed to their end).
 
     Returns:
         The fitted cost model.
@@ -53,17 +48,16 @@ def measure_cost(
     samples: dict[int, list[float]] = {k: [] for k in range(max_k + 1)}
     for _ in range(repeats):
         for k in range(max_k + 1):  # interleaved, so drifts in machine load hit every k alike
-            start = synced_clock(device)
+            start = synced_clock(target.backend)
             target.forward([prompt[-1]] * (k + 1))
-            samples[k].append(synced_clock(device) - start)
+            samples[k].append(synced_clock(target.backend) - start)
             target.rollback(base)
     return CostModel.fit(samples, max_k)
 
 
-def synced_clock(device: torch.device) -> float:
-    """time.perf_counter() once the device's queued work is done (GPU kernels run async)."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+def synced_clock(backend: Backend) -> float:
+    """time.perf_counter() once the backend's queued work is done (GPU kernels run async)."""
+    backend.sync()
     return time.perf_counter()
 
 
@@ -72,7 +66,6 @@ def cached_cost(
     target: Target[Encoded],
     window: Callable[[], tuple[Encoded, Sequence[int]]],
     max_k: int = 16,
-    device: torch.device = CPU,
 ) -> CostModel:
     """The cost model stored at `path`, measured and stored first if missing or unreadable.
 
@@ -85,7 +78,7 @@ def cached_cost(
             return cost
     except (OSError, ValueError, KeyError, json.JSONDecodeError):
         pass
-    cost = measure_cost(target, *window(), max_k, device=device)
+    cost = measure_cost(target, *window(), max_k)
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(path) as tmp:
         cost.save(tmp)

@@ -1,6 +1,6 @@
-"""Where measured costs are kept: per machine (processor or GPU, torch version, device), so
-that a cost timed on one machine never steers another's decisions. Without torch: the
-command line reads them before torch loads (`gate.drafting_may_pay`)."""
+"""Where measured costs are kept: per machine (processor or GPU, runtime and its version,
+device), so that a cost timed on one machine or runtime never steers another's decisions.
+Without torch: the command line reads them before torch loads (`gate.drafting_may_pay`)."""
 
 from __future__ import annotations
 
@@ -20,13 +20,14 @@ from as2d.writers import write_atomic
 COST_VERSION = "v2"
 
 
-def machine_key(device: str = "cpu", gpu_name: str | None = None) -> str:
-    """What a measured cost holds for: the CPU model (or `gpu_name`), torch version, device
-    type.
+def machine_key(device: str = "cpu", gpu_name: str | None = None, runtime: str = "torch") -> str:
+    """What a measured cost holds for: the CPU model (or `gpu_name`), the runtime (a package:
+    "torch", "mnn") and its version, the device type (`Backend.cost_key`).
 
     Example: machine_key() -> "amd_epyc-torch2.13.0_cpu-cpu-d8154890"
     """
-    text = f"{gpu_name or _cpu_model()}-torch{importlib.metadata.version('torch')}-{device}"
+    version = importlib.metadata.version(runtime)
+    text = f"{gpu_name or _cpu_model()}-{runtime}{version}-{device}"
     digest = hashlib.sha256(text.encode()).hexdigest()[:8]  # tells apart what the slug merges
     return f"{re.sub(r'[^a-z0-9.-]+', '_', text.lower())[:80]}-{digest}"
 

@@ -8,8 +8,8 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any, Protocol
 
 from as2d.engine.speculative import StepCounts
-from as2d.engine.target import Encoded, Target
 from as2d.engine.verify import Greedy, Rule
+from as2d.target import Encoded, Target
 from as2d.types import DrafterActivity, Window
 
 if TYPE_CHECKING:

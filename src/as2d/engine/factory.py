@@ -9,19 +9,18 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-import torch
 
 from as2d.engine.as2d import SpeculativeDecoder
 from as2d.engine.calibrate import cached_cost
-from as2d.engine.costs import cost_path, machine_key, target_cost_name
+from as2d.engine.costs import cost_path, target_cost_name
 from as2d.engine.decode import TargetOnlyDecoder, WindowDecoder
 from as2d.engine.policy import AutoBudget, BudgetPolicy, CostModel, FixedBudget
 from as2d.engine.sd import CoupledDecoder, with_drafting
-from as2d.engine.target import Request, TargetAdapter
 from as2d.models.bundled import cache_root
 from as2d.models.whisper import WhisperTarget
 from as2d.options import Options
 from as2d.runtime.drafter import DrafterProcess
+from as2d.target import Request, TargetAdapter, threads_set
 from as2d.types import SAMPLE_RATE
 
 
@@ -72,13 +71,9 @@ class DecoderFactory:
         """The target's measured pass cost on `threads` (measured once, then cached)."""
         o = self.options
         name = target_cost_name(o.target, o.device, o.dtype)
-        path = cost_path(cache_root(), name, self._machine(), threads)
-        own = torch.get_num_threads()
-        torch.set_num_threads(threads)
-        try:
-            return cached_cost(path, self.target, self._window, o.max_k, self.target.device)
-        finally:
-            torch.set_num_threads(own)
+        path = cost_path(cache_root(), name, self.target.backend.cost_key(), threads)
+        with threads_set(self.target.backend, threads):
+            return cached_cost(path, self.target, self._window, o.max_k)
 
     def _speculative(self, drafter: DrafterProcess | None) -> SpeculativeDecoder:
         """as2d (with `drafter`) or pld (without): where the target may take the drafter's
@@ -120,7 +115,9 @@ class DecoderFactory:
             encoded = drafter.encode(np.zeros(SAMPLE_RATE, dtype=np.float32))
             return encoded, drafter.tokenizer.prompt(None, "transcribe")
 
-        path = cost_path(cache_root(), self.options.drafter, self._machine(), self.threads)
+        path = cost_path(
+            cache_root(), self.options.drafter, drafter.backend.cost_key(), self.threads
+        )
         return cached_cost(path, drafter, silence, 0)[0]
 
     def _window(self) -> tuple[Any, list[int]]:
@@ -129,9 +126,3 @@ class DecoderFactory:
             self._encoded = self._warm_up()
         o = self.options
         return self._encoded, self.target.prompt(self._encoded, Request(o.task, "en", o.request))
-
-    def _machine(self) -> str:
-        """The target's machine, as costs are kept under it."""
-        device = self.target.device
-        gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
-        return machine_key(device.type, gpu)

@@ -131,7 +131,7 @@ def drafting_may_pay(options: Options, cache: Path, seconds: Iterable[float]) ->
     if o.method != "as2d" or o.device != "cpu" or not (o.lend_cores and o.draft_gate):
         return True
     threads, extra = thread_split(o)
-    name, machine = target_cost_name(o.target, o.device, o.dtype), machine_key()
+    name, machine = target_cost_name(o.target, o.device, o.dtype), machine_key(runtime=o.runtime)
     try:
         alone = CostModel.load(cost_path(cache, name, machine, threads + extra))[0]
         shared = CostModel.load(cost_path(cache, name, machine, threads))[0]

@@ -23,8 +23,8 @@ from typing import Any
 
 from as2d.drafting.sources import Candidate, CandidateSource
 from as2d.engine.policy import BudgetPolicy
-from as2d.engine.target import Encoded, Target
 from as2d.engine.verify import Greedy, Rule
+from as2d.target import Encoded, Target
 
 
 @dataclass

@@ -12,6 +12,7 @@ than a single-token step, so its scores differ from target-only's in the last bi
 decision that such a difference could overturn (greedy: a top-2 margin within the rounding
 bound; sampling: a uniform draw that close to its threshold) is marked unsure, and the
 decode loop recomputes that position the way target-only computes it before committing it.
+The bound is the target's runtime's (`Backend.bound`), measured per runtime and precision.
 """
 
 from __future__ import annotations
@@ -21,19 +22,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
-
-# The largest score difference (logits) that rounding may put between a verify row and the
-# single-token steps of target-only decoding, per dtype of the target's weights. float32: the
-# CPU's oneDNN passes against MKL steps and 1 against 2 threads differ by at most 2.5e-4 on
-# whisper-base (re-measure with `as2d exactness` and scripts/gpu_check.py), so 2e-3 leaves a
-# margin of 8. float16 and bfloat16 (GPUs): a Qwen2-7B-shaped bfloat16 decoder differed by up
-# to 0.31 between one 16-token pass and 16 steps; float16 keeps 3 more mantissa bits.
-ROUNDING_BOUND = {torch.float32: 2e-3, torch.float16: 0.25, torch.bfloat16: 1.0}
-
-
-def rounding_bound(dtype: torch.dtype) -> float:
-    """The guard's bound for a target computing in `dtype` (the largest known for others)."""
-    return ROUNDING_BOUND.get(dtype, max(ROUNDING_BOUND.values()))
 
 
 @dataclass(frozen=True)
@@ -205,7 +193,7 @@ class Greedy:
 
     Args:
         bound: a decision whose top-2 score margin is at most this is unsure (the guard;
-            `rounding_bound` of the target's dtype). 0: only exact ties.
+            `Backend.bound` of the target's runtime). 0: only exact ties.
     """
 
     def __init__(self, bound: float = 0.0) -> None:

@@ -27,18 +27,17 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
-import torch
 from tqdm import tqdm
 
 from as2d.api import AudioInput, Transcriber
 from as2d.audio.load import audio_duration, load_audio
-from as2d.engine.target import TargetAdapter
 from as2d.eval.catalog import Config
 from as2d.eval.datasets import Recording
 from as2d.eval.machine import wait_children_idle, wait_quiet
 from as2d.eval.timeline import Timeline, recording_timeline
 from as2d.options import Options, drafter_spec
 from as2d.runtime.drafts import AheadDrafter, DraftStore
+from as2d.target import TargetAdapter
 from as2d.types import SAMPLE_RATE, RunStats, WindowResult
 
 T = TypeVar("T")
@@ -297,7 +296,7 @@ def _decode(
 ) -> tuple[list[WindowResult], RunStats]:
     """One recording (a path or samples) in `language` (unless the run has one), with a fresh
     history, at the config's threads."""
-    torch.set_num_threads(transcriber.threads)  # process-wide: set per decode
+    transcriber.backend.set_threads(transcriber.threads)  # process-wide: set per decode
     transcriber.forget()
     run = transcriber.transcribe(audio, language)
     windows = list(run)

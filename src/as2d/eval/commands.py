@@ -138,12 +138,16 @@ def dataset_configs(args: argparse.Namespace) -> tuple[list[Recording], list[Con
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
         raise UsageError(f"unknown method {unknown[0]!r}; choose from {', '.join(METHODS)}")
+    if args.runtime != "torch" and "sd" in methods:  # its drafter shares torch's cache
+        print(f"sd left out: it runs on torch only, not {args.runtime}", file=sys.stderr)
+        methods.remove("sd")
     languages = {r.language for r in recordings}
     language = args.language or (languages.pop() if len(languages) == 1 else None)
     base = Options(
         target=args.target,
         language=language,
         task=args.task,
+        runtime=args.runtime,
         device=args.device,
         dtype=args.dtype,
         drafts="off",  # a benchmark's drafter drafts: stored drafts would skew its numbers

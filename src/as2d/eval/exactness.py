@@ -27,11 +27,11 @@ from typing import Any
 from tqdm import tqdm
 
 from as2d.api import Transcriber
-from as2d.engine.target import TargetAdapter
 from as2d.eval.catalog import TARGET_ONLY, Config
 from as2d.eval.datasets import Recording
 from as2d.options import Options
 from as2d.sequences import common_prefix
+from as2d.target import TargetAdapter
 from as2d.types import WindowResult
 
 DRAFTER_READY_S = 300.0  # the most to wait for a drafter's model to load before decoding

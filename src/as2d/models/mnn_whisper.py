@@ -11,14 +11,16 @@ MNN's converter:
   tokens' positions and the causal mask follow from `past` (the mask is aligned to the
   cache's end), so rollback is a length pointer over a cache kept here, on the host.
 
-`MnnWhisperTarget` has the methods the engine calls on `WhisperTarget` (encode, prefill,
-forward, rollback, length) and the same token suppression, so its greedy tokens can be
-compared with the torch target's token for token (tests/models/test_mnn_whisper.py,
-scripts/mnn_probe.py).
+`MnnWhisperTarget` is a whole target (`--runtime mnn`): the engine's calls, Whisper's prompt,
+language detection and token suppression shared with `WhisperTarget` (not copied), on an
+`MnnBackend` whose thread count changes per call, so core lending works. It gives no word
+timings (no cross-attention weights come out of the graphs). Its greedy tokens equal the torch
+target's on real clips (tests/models/test_mnn_whisper.py, scripts/mnn_probe.py).
 """
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -34,8 +36,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from as2d.audio.mel import log_mel
+from as2d.backends.mnn_backend import MnnBackend, MnnGraph, import_mnn
 from as2d.models.tokenizer import WhisperTokenizer
+from as2d.models.whisper import detect_language, spoken_language, suppress, whisper_prompt
 from as2d.models.whisper_net import WhisperNet
+from as2d.target import Backend, Request
 
 # Each graph's input and output names, as `export` writes them and `_Graph` feeds them.
 GRAPHS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -201,12 +206,12 @@ def export(net: WhisperNet, directory: str | Path, weights: str = "float32") -> 
 
 
 def exported(name: str, weights: str = "float32") -> Path:
-    """The directory of a bundled model's MNN graphs: `$AS2D_CACHE/mnn/<name>/<weights>/`,
-    exported on first use (into a temporary folder renamed into place, so a reader never
-    sees half a model)."""
+    """The directory of a model's MNN graphs: `$AS2D_CACHE/mnn/<name>/<weights>/` (a path's
+    characters other than letters, digits, `.` and `-` made `_`), exported on first use (into
+    a temporary folder renamed into place, so a reader never sees half a model)."""
     from as2d.models.bundled import cache_root, load_whisper_net
 
-    directory = cache_root() / "mnn" / name / weights
+    directory = cache_root() / "mnn" / re.sub(r"[^\w.-]+", "_", name) / weights
     if all((directory / f"{graph}.mnn").is_file() for graph in GRAPHS):
         return directory
     directory.parent.mkdir(parents=True, exist_ok=True)
@@ -243,34 +248,6 @@ def convert(onnx_path: Path, mnn_path: Path, quant_bits: int = 0) -> None:
         raise RuntimeError(f"mnnconvert failed on {onnx_path}:\n{result.stdout}{result.stderr}")
 
 
-class _Graph:
-    """One .mnn graph loaded with MNN's module API, called with numpy arrays."""
-
-    def __init__(self, path: Path, inputs: Sequence[str], outputs: Sequence[str], threads: int):
-        import MNN.expr as mnn_expr
-        import MNN.nn as mnn_nn
-
-        self._expr = mnn_expr
-        # Precision and threads as arguments: a runtime manager built from a config dict ran
-        # the same graph slower (scripts/mnn_probe.py's numbers use this path).
-        self.module = mnn_nn.load_module_from_file(
-            str(path),
-            list(inputs),
-            list(outputs),
-            shape_mutable=True,
-            precision_mode=mnn_expr.PrecisionMode.High,
-            thread_num=threads,
-        )
-
-    def __call__(self, *arrays: np.ndarray) -> list[np.ndarray]:
-        expr = self._expr
-        inputs = [
-            expr.const(a, list(a.shape), expr.NCHW, expr.int if a.dtype.kind == "i" else expr.float)
-            for a in (np.ascontiguousarray(a) for a in arrays)
-        ]
-        return [np.array(out.read(), copy=True) for out in self.module.forward(inputs)]
-
-
 @dataclass
 class MnnEncoded:
     """The encoder's output for one window and its cross-attention keys and values."""
@@ -279,7 +256,7 @@ class MnnEncoded:
 
 
 class MnnWhisperTarget:
-    """Greedy-decoding Whisper target on MNN: the `WhisperTarget` calls the engine makes.
+    """Greedy-decoding Whisper target on MNN.
 
     The self-attention cache is two host arrays [L, H, max_length, Dh]; a pass sends their
     first `length` positions to the decoder graph and stores the k positions it returns, so
@@ -287,15 +264,25 @@ class MnnWhisperTarget:
     """
 
     MODEL_TYPES: ClassVar[tuple[str, ...]] = ("whisper",)
+    follows_requests = False  # transcribes or translates; cannot answer free requests
+    takes_previous = True  # <|startofprev|> and earlier text before the prompt
+    times_words = False  # the graphs give no cross-attention weights
+    leading_space = True  # output text starts with a space: " Hello"
 
     def __init__(
-        self, directory: str | Path, net: WhisperNet, tokenizer: WhisperTokenizer, threads: int = 1
+        self,
+        directory: str | Path,
+        net: WhisperNet,
+        tokenizer: WhisperTokenizer,
+        backend: MnnBackend | None = None,
     ) -> None:
         """`directory` holds `export`'s graphs for `net` (whose shape and suppression it takes)."""
         directory, shape = Path(directory), net.shape
+        mnn = backend or MnnBackend()
+        self.backend: Backend = mnn
+        self.device, self.dtype = torch.device("cpu"), torch.float32  # the host's arrays
         self.graphs = {
-            name: _Graph(directory / f"{name}.mnn", *names, threads)
-            for name, names in GRAPHS.items()
+            name: MnnGraph(directory / f"{name}.mnn", *names, mnn) for name, names in GRAPHS.items()
         }
         self.tokenizer = tokenizer
         self.eot_ids = frozenset({tokenizer.eot})
@@ -307,22 +294,45 @@ class MnnWhisperTarget:
         self.self_v = np.zeros(cache, dtype=np.float32)
         self.cross: list[np.ndarray] = []  # keys, values [L, H, 1500, Dh]
         vocab = shape.vocab_size
-        self.suppress = [t for t in net.suppression.suppress_tokens if t < vocab]
-        self.begin_suppress = [t for t in net.suppression.begin_suppress_tokens if t < vocab]
+        self.suppress = torch.tensor([t for t in net.suppression.suppress_tokens if t < vocab])
+        self.begin_suppress = torch.tensor(
+            [t for t in net.suppression.begin_suppress_tokens if t < vocab]
+        )
         self.length = 0
         self.prompt_length = 0
 
     @classmethod
-    def load(cls, name: str, weights: str = "float32", threads: int = 1) -> MnnWhisperTarget:
-        """A bundled model's graphs from the cache (exported on first use, see `exported`)."""
+    def load(
+        cls, name_or_path: str, device: str = "cpu", dtype: torch.dtype | None = None
+    ) -> MnnWhisperTarget:
+        """A model's float32 graphs from the cache (exported on first use, see `exported`).
+
+        Raises:
+            ValueError: a device other than the CPU, or a dtype other than float32.
+        """
         from as2d.models.bundled import load_whisper_net
 
-        directory = exported(name, weights)
-        net, tokenizer = load_whisper_net(name, torch.float32)
-        return cls(directory, net, tokenizer, threads)
+        if torch.device(device).type != "cpu" or dtype not in (None, torch.float32):
+            raise ValueError("the MNN runtime runs float32 on the CPU (no --device, --dtype)")
+        directory = exported(name_or_path)
+        net, tokenizer = load_whisper_net(name_or_path, torch.float32)
+        return cls(directory, net, tokenizer)
+
+    def prompt(self, encoded: MnnEncoded, request: Request) -> list[int]:
+        """Whisper's decoder prompt (`whisper.whisper_prompt`)."""
+        return whisper_prompt(self.tokenizer, self.max_length, request)
+
+    def language(self, encoded: MnnEncoded, given: str | None) -> str | None:
+        """`given`, else the detected language (`whisper.spoken_language`)."""
+        return spoken_language(self, self.tokenizer, encoded, given)
+
+    def detect_language(self, encoded: MnnEncoded) -> str:
+        """The most likely language code after `<|startoftranscript|>`."""
+        return detect_language(self, self.tokenizer, encoded)
 
     def encode(self, audio: np.ndarray, between: Callable[[], object] | None = None) -> MnnEncoded:
-        """Log-mel features of a ≤ 30 s window (padded to 30 s) and the encoder graph."""
+        """Log-mel features of a ≤ 30 s window (padded to 30 s) and the encoder graph;
+        `between` is called once before it (one graph: no layers to lend cores between)."""
         if between is not None:
             between()
         feats = log_mel(audio, self.n_mels).float().numpy()  # [1, n_mels, 3000]
@@ -350,7 +360,8 @@ class MnnWhisperTarget:
         self.self_k[:, :, start:end] = new_k
         self.self_v[:, :, start:end] = new_v
         self.length = end
-        return self._suppress(torch.from_numpy(logits.reshape(len(tokens), -1)), start)
+        scores = torch.from_numpy(logits.reshape(len(tokens), -1))
+        return suppress(scores, self.suppress, self.begin_suppress, self.prompt_length - 1 - start)
 
     def rollback(self, length: int) -> None:
         """Forget every cached position from `length` on (a rejected verify suffix)."""
@@ -358,18 +369,11 @@ class MnnWhisperTarget:
             raise ValueError(f"cannot roll back to {length} (holding {self.length})")
         self.length = length
 
-    def _suppress(self, scores: torch.Tensor, start: int) -> torch.Tensor:
-        scores[:, self.suppress] = -torch.inf
-        first = self.prompt_length - 1 - start  # row that predicts the first output token
-        if 0 <= first < scores.shape[0]:
-            scores[first, self.begin_suppress] = -torch.inf
-        return scores
-
 
 def mnn_available() -> bool:
     """MNN importable (the `mnn` extra)."""
     try:
-        import MNN  # noqa: F401
+        import_mnn()
     except ImportError:
         return False
     return True

@@ -43,7 +43,7 @@ from transformers import (
 )
 from transformers.masking_utils import create_bidirectional_mask
 
-from as2d.engine.target import Request
+from as2d.backends.torch_backend import TorchBackend
 from as2d.models.qwen_checkpoint import (
     ChatProcessing,
     device_map,
@@ -51,6 +51,7 @@ from as2d.models.qwen_checkpoint import (
     load_processing,
     warn_unless_greedy,
 )
+from as2d.target import Backend, Request
 from as2d.types import N_SAMPLES, SAMPLE_RATE
 
 MAX_NEW_TOKENS = 512  # output tokens per window unless the generation config says otherwise
@@ -99,6 +100,7 @@ class ChatAudioTarget(ABC):
         self.features = processing.features
         self.device = model.device
         self.dtype = model.dtype
+        self.backend: Backend = TorchBackend(self.device, self.dtype)
         ends = (self.tokenizer.token_id(t) for t in END_TOKENS)
         self.eot_ids = frozenset(i for i in ends if i is not None)
         audio_id = self.tokenizer.token_id(AUDIO_TOKEN)

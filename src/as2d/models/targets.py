@@ -1,9 +1,10 @@
 """Loading any target: the model's config names its family, and the family's adapter loads it.
 
 Each adapter class owns the `config.model_type` values of its family (`MODEL_TYPES`), so
-adding a family is adding its class to `ADAPTERS`; nothing else tests model names. Families
-are imported in turn until one owns the model, so a Whisper target never imports the Qwen
-adapters (or transformers, which they need).
+adding a family is adding its class to `ADAPTERS` under its runtime (`Options.runtime`);
+nothing else tests model names. Families are imported in turn until one owns the model, so a
+Whisper target never imports the Qwen adapters (or transformers, which they need), nor a
+torch target MNN.
 
 Example:
     target = load_target("whisper-base")                       # bundled: Whisper
@@ -25,18 +26,21 @@ from as2d.options import Options
 if TYPE_CHECKING:  # torch comes with the adapters: checking a target's name needs none
     import torch
 
-    from as2d.engine.target import TargetAdapter
+    from as2d.target import TargetAdapter
 
-ADAPTERS = (  # module:class, in the order they are tried
-    "as2d.models.whisper:WhisperTarget",
-    "as2d.models.qwen:Qwen2AudioTarget",
-    "as2d.models.qwen:OmniThinkerTarget",
-)
+ADAPTERS = {  # by runtime (`backends.RUNTIMES`): module:class, in the order they are tried
+    "torch": (
+        "as2d.models.whisper:WhisperTarget",
+        "as2d.models.qwen:Qwen2AudioTarget",
+        "as2d.models.qwen:OmniThinkerTarget",
+    ),
+    "mnn": ("as2d.models.mnn_whisper:MnnWhisperTarget",),
+}
 
 
-def adapters() -> Iterator[Any]:
-    """The adapter classes of `ADAPTERS`, each imported when it is reached."""
-    for where in ADAPTERS:
+def adapters(runtime: str = "torch") -> Iterator[Any]:
+    """The adapter classes of `ADAPTERS[runtime]`, each imported when it is reached."""
+    for where in ADAPTERS[runtime]:
         module, name = where.split(":")
         yield getattr(importlib.import_module(module), name)
 
@@ -128,22 +132,27 @@ def times_words(name_or_path: str) -> bool:
         return False
 
 
-def adapter_class(name_or_path: str) -> Any:
-    """The adapter class of the model's family, without loading weights.
+def adapter_class(name_or_path: str, runtime: str = "torch") -> Any:
+    """The adapter class of the model's family on `runtime`, without loading weights.
 
     Raises:
-        ModelNotFoundError: unknown model, or a family no adapter owns.
+        ModelNotFoundError: unknown model, or a family no adapter of the runtime owns.
     """
     kind = model_type(name_or_path)
-    for adapter in adapters():
+    for adapter in adapters(runtime):
         if kind in adapter.MODEL_TYPES:
             return adapter
-    known = ", ".join(t for a in adapters() for t in a.MODEL_TYPES)
-    raise ModelNotFoundError(f"{name_or_path!r} is a {kind!r} model; targets supported: {known}")
+    known = ", ".join(t for a in adapters(runtime) for t in a.MODEL_TYPES)
+    raise ModelNotFoundError(
+        f"{name_or_path!r} is a {kind!r} model; targets supported on {runtime}: {known}"
+    )
 
 
 def load_target(
-    name_or_path: str, device: str = "cpu", dtype: torch.dtype | None = None
+    name_or_path: str,
+    device: str = "cpu",
+    dtype: torch.dtype | None = None,
+    runtime: str = "torch",
 ) -> TargetAdapter[Any]:
     """Loads a target for decoding, in eval mode.
 
@@ -152,9 +161,11 @@ def load_target(
         device: "cpu" or "cuda" (families that support it).
         dtype: parameter dtype; None: the family's default (float32 for Whisper, the
             checkpoint's own dtype for Qwen models).
+        runtime: what runs it (`backends.RUNTIMES`): "torch", or "mnn" (Whisper, CPU).
 
     Raises:
         ModelNotFoundError: unknown model or family.
     """
-    target: TargetAdapter[Any] = adapter_class(name_or_path).load(name_or_path, device, dtype)
+    adapter = adapter_class(name_or_path, runtime)
+    target: TargetAdapter[Any] = adapter.load(name_or_path, device, dtype)
     return target

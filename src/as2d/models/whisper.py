@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from as2d.audio.mel import log_mel
-from as2d.engine.target import Request
+from as2d.backends.torch_backend import TorchBackend
 from as2d.models.bundled import load_whisper_net
 from as2d.models.linear import (
     Affine,
@@ -30,6 +30,7 @@ from as2d.models.linear import (
 )
 from as2d.models.tokenizer import WhisperTokenizer
 from as2d.models.whisper_net import WhisperNet
+from as2d.target import Backend, Encoded, Request, Target
 from as2d.timestamps import Alignment
 from as2d.types import N_SAMPLES
 
@@ -134,6 +135,7 @@ class WhisperTarget:
         self.embed_tokens = decoder.embed_tokens.weight.detach()  # [V, d]
         self.embed_positions = decoder.embed_positions.weight.detach()  # [448, d]
         self.dtype = model.proj_out.weight.dtype
+        self.backend: Backend = TorchBackend(self.device, self.dtype)
         arithmetic = choose_arithmetic(model.proj_out.weight, approximate)
         self.layers = [_DecoderLayer.of(layer, arithmetic) for layer in decoder.layers]
         self.final_norm = _LayerNorm.of(decoder.layer_norm)
@@ -173,26 +175,12 @@ class WhisperTarget:
         return cls(model.to(device), tokenizer, approximate)
 
     def prompt(self, encoded: EncodedAudio, request: Request) -> list[int]:
-        """Whisper's decoder prompt: earlier text if given (`Request.previous`), start of
-        transcript, language, task, no timestamps."""
-        if request.task == "ask":
-            raise ValueError("Whisper cannot follow requests (task 'ask')")
-        prompt = self.tokenizer.prompt(request.language, request.task)
-        if not (request.previous and request.previous.strip()):
-            return prompt
-        # As openai-whisper conditions on earlier text: <|startofprev|>, the text's last
-        # tokens (at most half the context), then the usual prompt.
-        previous = self.tokenizer.encode(" " + request.previous.strip())
-        return [self.tokenizer.sot_prev, *previous[-(self.max_length // 2 - 1) :], *prompt]
+        """Whisper's decoder prompt (`whisper_prompt`)."""
+        return whisper_prompt(self.tokenizer, self.max_length, request)
 
     def language(self, encoded: EncodedAudio, given: str | None) -> str | None:
-        """`given`, else the detected language (multilingual models; English-only ones say
-        "en", the only language they decode)."""
-        if given is not None:
-            return given
-        if not self.tokenizer.multilingual:
-            return "en"
-        return self.detect_language(encoded)
+        """`given`, else the detected language (`spoken_language`)."""
+        return spoken_language(self, self.tokenizer, encoded, given)
 
     @torch.inference_mode()
     def encode(
@@ -290,10 +278,7 @@ class WhisperTarget:
     @torch.inference_mode()
     def detect_language(self, encoded: EncodedAudio) -> str:
         """The most likely language code after `<|startoftranscript|>` (multilingual models)."""
-        codes = self.tokenizer.languages
-        ids = torch.tensor(list(codes.values()), device=self.device)
-        scores = self.prefill(encoded, [self.tokenizer.sot])  # [V]
-        return list(codes)[int(scores[ids].argmax())]
+        return detect_language(self, self.tokenizer, encoded)
 
     def rollback(self, length: int) -> None:
         """Forget every cached position from `length` on (a rejected verify suffix)."""
@@ -331,11 +316,8 @@ class WhisperTarget:
         return x.transpose(0, 1).reshape(x.shape[1], -1)
 
     def _suppress(self, scores: torch.Tensor, start: int) -> torch.Tensor:
-        scores[:, self.suppress] = -torch.inf
-        first = self.prompt_length - 1 - start  # row that predicts the first output token
-        if 0 <= first < scores.shape[0]:
-            scores[first, self.begin_suppress] = -torch.inf
-        return scores
+        """`suppress` for rows from position `start` on."""
+        return suppress(scores, self.suppress, self.begin_suppress, self.prompt_length - 1 - start)
 
 
 def _call_before_layers(layers: Iterable[torch.nn.Module], call: Callable[[], object]) -> list[Any]:
@@ -363,3 +345,56 @@ def _suppression(model: WhisperNet, vocab: int) -> tuple[torch.Tensor, torch.Ten
         torch.tensor(always, dtype=torch.long, device=model.device),
         torch.tensor(begin, dtype=torch.long, device=model.device),
     )
+
+
+def whisper_prompt(tokenizer: WhisperTokenizer, max_length: int, request: Request) -> list[int]:
+    """Whisper's decoder prompt: earlier text if given (`Request.previous`), start of
+    transcript, language, task, no timestamps (every Whisper target's, whatever its runtime).
+
+    Raises:
+        ValueError: task "ask" (Whisper cannot follow requests).
+    """
+    if request.task == "ask":
+        raise ValueError("Whisper cannot follow requests (task 'ask')")
+    prompt = tokenizer.prompt(request.language, request.task)
+    if not (request.previous and request.previous.strip()):
+        return prompt
+    # As openai-whisper conditions on earlier text: <|startofprev|>, the text's last tokens
+    # (at most half the context), then the usual prompt.
+    previous = tokenizer.encode(" " + request.previous.strip())
+    return [tokenizer.sot_prev, *previous[-(max_length // 2 - 1) :], *prompt]
+
+
+def spoken_language(
+    target: Target[Encoded], tokenizer: WhisperTokenizer, encoded: Encoded, given: str | None
+) -> str | None:
+    """`given`, else the window's detected language (multilingual models; English-only ones
+    say "en", the only language they decode)."""
+    if given is not None:
+        return given
+    if not tokenizer.multilingual:
+        return "en"
+    return detect_language(target, tokenizer, encoded)
+
+
+def detect_language(target: Target[Encoded], tokenizer: WhisperTokenizer, encoded: Encoded) -> str:
+    """The most likely language code after `<|startoftranscript|>` (multilingual models)."""
+    codes = tokenizer.languages
+    scores = target.prefill(encoded, [tokenizer.sot])  # [V]
+    ids = torch.tensor(list(codes.values()), device=scores.device)
+    return list(codes)[int(scores[ids].argmax())]
+
+
+def suppress(
+    scores: torch.Tensor, always: torch.Tensor, begin: torch.Tensor, first: int
+) -> torch.Tensor:
+    """Whisper's token suppression on a pass's scores, in place, as `model.generate` applies
+    it: `always` at every row, `begin` also at row `first` (the one that predicts the first
+    output token: the prompt's length - 1 - the pass's start; outside the pass: none).
+
+    scores: [n, V]; always, begin: [S] token ids.
+    """
+    scores[:, always] = -torch.inf
+    if 0 <= first < scores.shape[0]:
+        scores[first, begin] = -torch.inf
+    return scores

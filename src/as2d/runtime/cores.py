@@ -2,8 +2,8 @@
 each gets (`thread_split`), and the drafter's cores lent to the target while it can spare
 them (`CoreLoan`).
 
-torch is imported only where threads are set: the command line splits the cores before
-torch loads.
+Threads are set through the target's `Backend`, so lending works whatever the runtime; the
+command line splits the cores before any runtime loads.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from as2d.engine.policy import BudgetPolicy
     from as2d.options import Options
     from as2d.runtime.drafter import DrafterProcess
+    from as2d.target import Backend
 
 
 def _cores() -> int:
@@ -52,6 +53,7 @@ class CoreLoan:
     While decoding, `take` is called before each target pass (`speculative_decode`).
 
     Args:
+        backend: the target's runtime, whose threads are set.
         drafter: the drafter process (None, or lost: the cores are free).
         index: the window, in the drafter's numbering.
         threads: the target's own threads.
@@ -62,6 +64,7 @@ class CoreLoan:
 
     def __init__(
         self,
+        backend: Backend,
         drafter: DrafterProcess | None,
         index: int,
         threads: int,
@@ -69,6 +72,7 @@ class CoreLoan:
         ready: Callable[[], bool] | None = None,
         policy: BudgetPolicy | None = None,
     ) -> None:
+        self.backend = backend
         self.drafter = drafter
         self.index = index
         self.threads = threads
@@ -86,7 +90,7 @@ class CoreLoan:
             d.poll()
             if d.alive and (d.loading or not (self.ready() and d.stop())):
                 return False
-        _set_threads(self.threads + self.extra)
+        self.backend.set_threads(self.threads + self.extra)
         if self.policy is not None:
             self.policy.alone(True)
         self.taken = True
@@ -96,12 +100,6 @@ class CoreLoan:
         """Gives the cores back: the drafter goes on, the target keeps its own threads."""
         if self.drafter is not None:
             self.drafter.resume()
-        _set_threads(self.threads)
+        self.backend.set_threads(self.threads)
         if self.policy is not None:
             self.policy.alone(False)
-
-
-def _set_threads(threads: int) -> None:
-    import torch
-
-    torch.set_num_threads(threads)

@@ -25,7 +25,7 @@ import json
 import shutil
 import struct
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,13 +33,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from as2d.runtime.drafts import AheadDrafter, StoredDraft, audio_hash, draft_store, draft_window
+from as2d.target import threads_set
 from as2d.types import Window
 from as2d.writers import atomic_path
 
 if TYPE_CHECKING:
     from as2d.api import Transcriber
 
-RUNTIME = "torch"  # what computes the encoder today; part of every key (`encoder_key`)
 MAX_ENCODER_BYTES = 2 << 30  # whisper-base: 3 MB a window (1500 x 512 float32), ~680 windows
 _MAGIC = b"AS2DENC1"
 _HEADER = struct.Struct("<I")  # the JSON header's length, after the magic
@@ -50,14 +50,14 @@ _SUFFIX = ".enc"
 class EncoderIdentity:
     """What computes a window's encoder output besides its audio: a key part each.
 
-    `threads`: the target's torch threads (a kernel may round differently on another count);
-    `runtime`: what runs the model ("torch"; a runtime seam would name its own)."""
+    `threads`: the target's threads (a kernel may round differently on another count);
+    `runtime`: the target's backend (`Backend.name`: "torch-cpu", "mnn-cpu", ...)."""
 
     target: str
     dtype: str
     device: str
     threads: int
-    runtime: str = RUNTIME
+    runtime: str = "torch-cpu"
 
 
 def encoder_key(audio: str, window: Window, who: EncoderIdentity) -> str:
@@ -231,24 +231,16 @@ def prepared_encodings(
     store yet unless `create`: a request does not hash audio that nothing was prepared for)."""
     if not isinstance(audio, (str, Path)) or not Path(audio).is_file():
         return None
+    if getattr(target, "encoded_type", None) is None:  # a family whose output is not stored
+        return None
     store = encoder_store(drafts_dir)
     if not (create or store.root.is_dir()):
         return None
-    who = EncoderIdentity(target_name, str(target.dtype), target.device.type, threads)
+    backend = target.backend.name
+    who = EncoderIdentity(target_name, str(target.dtype), target.device.type, threads, backend)
     return PreparedEncodings(
         store, audio_hash(Path(audio)), who, target.encoded_type, target.device
     )
-
-
-@contextmanager
-def torch_threads(n: int) -> Iterator[None]:
-    """torch on `n` threads in the block, then back to the count it had."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 @dataclass
@@ -289,7 +281,7 @@ def prepare(
             done.drafts.append(draft_window(window, drafter.model(), drafter.spec))
             drafter.store.save(key, done.drafts, complete=False)
         if encodings is not None and encoding:
-            with torch_threads(transcriber.threads):
+            with threads_set(transcriber.backend, transcriber.threads):
                 encodings.put(window, transcriber.target.encode(window.audio))
         worked += drafting or encoding
         done.encoded = window.index + 1

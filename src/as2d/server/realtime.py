@@ -38,7 +38,7 @@ import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import soxr
@@ -54,6 +54,9 @@ from as2d.server.access import chosen_subprotocol, offers_beta
 from as2d.server.decoding import Engine
 from as2d.server.sockets import CLOSE_STOPPING, STOP_GRACE_S
 from as2d.types import SAMPLE_RATE
+
+if TYPE_CHECKING:
+    from as2d.target import Backend
 
 OPENAI_RATE = 24_000  # OpenAI's pcm16: 24 kHz mono, little-endian
 RATES = (OPENAI_RATE, SAMPLE_RATE)  # audio/pcm rates taken (16 kHz: as2d's, not resampled)
@@ -203,7 +206,8 @@ class RealtimeApi:
 
     async def call(self, work: Callable[[], T]) -> T:
         """`work` in a worker thread while it holds the target (`Engine.lock`)."""
-        return await asyncio.to_thread(_locked, self.engine.lock, self.engine.threads, work)
+        e = self.engine
+        return await asyncio.to_thread(_locked, e.lock, e.target.backend, e.threads, work)
 
     def check(self, settings: Settings) -> None:
         if settings.model not in self.models:
@@ -221,11 +225,9 @@ def live_method(options: Options) -> str:
     return "as2d" if options.method == "as2d" and options.device == "cpu" else "target"
 
 
-def _locked(lock: threading.Lock, threads: int, work: Callable[[], T]) -> T:
-    import torch
-
+def _locked(lock: threading.Lock, backend: Backend, threads: int, work: Callable[[], T]) -> T:
     with lock:
-        torch.set_num_threads(threads)  # this worker thread's, as the decoding thread's
+        backend.set_threads(threads)  # this worker thread's, as the decoding thread's
         return work()
 
 

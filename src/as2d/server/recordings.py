@@ -27,8 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from as2d.runtime.drafts import AheadDrafter, DraftStore
-from as2d.runtime.prepared import EncoderStore, Preparation, prepare, torch_threads
+from as2d.runtime.prepared import EncoderStore, Preparation, prepare
 from as2d.runtime.spec import DrafterSpec
+from as2d.target import threads_set
 
 MAX_RECORDING_BYTES = 1 << 30  # uploads kept on disk; their drafts and encoder outputs aside
 _ID = "rec_"  # a recording's id: this and its audio's content hash (`drafts.audio_hash`)
@@ -168,7 +169,10 @@ class Recordings:
         while (recording := self.pending()) is not None and not busy():
             recording.status = "preparing"
             try:
-                with lock, torch_threads(os.cpu_count() or 1):  # the target waits meanwhile
+                with (
+                    lock,
+                    threads_set(transcriber.backend, os.cpu_count() or 1),
+                ):  # the target waits
                     stop = partial(_stopped, recording, busy)
                     prepare(recording.path, transcriber, self.drafter, stop, recording.done, 1)
             except Exception as err:  # this recording fails, the server goes on

@@ -3,11 +3,16 @@
 `Target` is all the engine sees. `TargetAdapter` adds what the API needs around it for one
 model family (prompt building, tokenizer, language detection); `as2d.models.targets` picks
 the adapter from the model's config, so nothing else knows a family by name.
+
+Every target runs on a `Backend` (DESIGN.md, Runtimes): the runtime's threads, its queued
+work and its rounding, so that the engine, core lending and the bench never call a runtime
+(torch, MNN) themselves. The backends live in `as2d.backends`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
@@ -17,6 +22,48 @@ import torch
 Encoded = TypeVar("Encoded")  # a family's encoder output (e.g. Whisper's EncodedAudio)
 
 
+class Backend(Protocol):
+    """The runtime a model runs on, as the engine sees it.
+
+    Attributes:
+        name: the runtime and device ("torch-cpu", "torch-cuda", "mnn-cpu"), for reports.
+        bound: the largest score difference (logits) that rounding may put between a row of
+            its k-row verify pass and the single-token step that target-only decoding runs
+            (the guard's bound, `verify.Greedy`); measured per runtime and precision.
+    """
+
+    name: str
+    bound: float
+
+    def threads(self) -> int:
+        """The threads its next pass runs on (in the calling thread)."""
+        ...
+
+    def set_threads(self, threads: int) -> None:
+        """Runs its next passes on `threads` (core lending changes it between passes)."""
+        ...
+
+    def sync(self) -> None:
+        """Returns once its queued work is done (a GPU's kernels run asynchronously)."""
+        ...
+
+    def cost_key(self) -> str:
+        """What its measured pass costs are kept under (`costs.machine_key`): a cost timed on
+        one runtime or machine never steers another's decisions."""
+        ...
+
+
+@contextmanager
+def threads_set(backend: Backend, threads: int) -> Iterator[None]:
+    """`backend` on `threads` in the block, then on its threads before."""
+    before = backend.threads()
+    backend.set_threads(threads)
+    try:
+        yield
+    finally:
+        backend.set_threads(before)
+
+
 class Target(Protocol[Encoded]):
     """A model decoded greedily one window at a time, with a rollback-able KV cache.
 
@@ -24,6 +71,7 @@ class Target(Protocol[Encoded]):
     so the greedy token of a position is the argmax of its row.
     """
 
+    backend: Backend  # threads, sync, rounding bound and cost key of its runtime
     eot_ids: frozenset[int]  # tokens that end a window's output
     max_length: int  # decoder positions, prompt included
     length: int  # positions held in the KV cache
@@ -84,7 +132,7 @@ class TargetAdapter(Target[Encoded], Protocol):
 
     tokenizer: TextTokenizer
     device: torch.device  # where the weights and caches live
-    dtype: torch.dtype  # what the decoder computes in (sets the guard's rounding bound)
+    dtype: torch.dtype  # what the decoder computes in
     follows_requests: bool  # can answer free requests (the ask task)
     takes_previous: bool  # conditions on text said before the audio (`Request.previous`)
     times_words: bool  # gives word timings (`timestamps.AligningTarget`)
