@@ -86,7 +86,10 @@ def add_prepare_parser(commands: argparse._SubParsersAction) -> None:
         "--threads", type=int, default=None, help="the target's threads in later requests "
         "(part of the key; default: every core, as a request with every draft ready uses)",
     )  # fmt: skip
-    prepare.add_argument("--drafter", default="auto")
+    prepare.add_argument(
+        "--drafter", default=None, help="default: the one that agrees best with the target "
+        "(a bundled target's CTranslate2 int8 copy), not the fastest: nobody waits for it",
+    )  # fmt: skip
     prepare.add_argument("--no-drafts", action="store_true", help="the encoder's work only")
     prepare.add_argument("--language", default=None)
     prepare.add_argument("--task", default="transcribe", choices=("transcribe", "translate"))

@@ -21,11 +21,13 @@ from typing import TYPE_CHECKING, TextIO
 
 # Only what every command needs is imported here (no torch, no transformers): each one
 # imports the library modules it uses when it runs.
+from as2d.drafting.family import AUTO
 from as2d.options import (
     Options,
     check,
     drafter_spec,
     has_transcript_to_time,
+    prepare_drafter,
 )
 from as2d.runtime.drafter import start_drafter
 from as2d.runtime.drafts import drafter_needed
@@ -331,7 +333,8 @@ def prepare_files(args: argparse.Namespace) -> int:
     from as2d.runtime.prepared import prepare
 
     options = prepare_options(args)
-    spec = None if args.no_drafts else drafter_spec(options)
+    accurate = replace(options, drafter=prepare_drafter(options))
+    spec = None if args.no_drafts else drafter_spec(accurate)
     store = draft_store(Path(args.store) if args.store else None)
     drafter = None
     if spec is not None:
@@ -371,7 +374,7 @@ def prepare_options(args: argparse.Namespace) -> Options:
         dtype=args.dtype,
         language=args.language,
         task=args.task,
-        drafter=args.drafter,
+        drafter=args.drafter or AUTO,
         threads=args.threads,
         endpoint_ms=args.endpoint_ms,
         drafts_dir=args.store,

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from as2d.cli import main
-from as2d.options import Options, drafter_spec
+from as2d.options import Options, drafter_spec, prepare_drafter
 from as2d.runtime.drafts import DraftStore, StoredDraft, drafter_needed, stored_drafts
 from as2d.runtime.spec import DrafterSpec
 from as2d.types import Window
@@ -38,6 +38,31 @@ def test_drafts_are_keyed_by_content_drafter_task_and_language(tmp_path):
     }
     assert len(keys) == 5
     assert DraftStore.key(copy, spec) == DraftStore.key(CLIP, spec)  # content, not name
+
+
+def test_recordings_are_prepared_by_the_drafter_that_agrees_best_and_requests_find_them(
+    tmp_path,
+):
+    """Nobody waits for drafts made ahead, so they come from the target's own int8 copy, not
+    the fast live drafter; a request with the default drafter finds them where it has none of
+    its own, and its own first where both are kept (a bench compares drafters that way)."""
+    assert prepare_drafter(Options()) == "ct2:whisper-base"
+    assert prepare_drafter(Options(target="whisper-tiny.en")) == "ct2:whisper-tiny.en"
+    assert prepare_drafter(Options(drafter="whisper-tiny.en")) == "whisper-tiny.en"  # named
+    assert prepare_drafter(Options(target=str(tmp_path))) == "auto"  # no copy of it
+    options = Options(drafts_dir=str(tmp_path / "drafts"), language="en")
+    live = drafter_spec(options)
+    assert live is not None
+    store = DraftStore(tmp_path / "drafts")
+    window = StoredDraft(0.0, 1.0, " prepared")
+    store.save(store.key(CLIP, replace(live, name=prepare_drafter(options))), [window])
+    found = stored_drafts(options, CLIP)
+    assert found is not None and found.text(0) == " prepared"
+    store.save(store.key(CLIP, live), [StoredDraft(0.0, 1.0, " own")])
+    found = stored_drafts(options, CLIP)
+    assert found is not None and found.text(0) == " own"
+    named = replace(options, drafter="whisper-tiny.en")  # a drafter named: its drafts only
+    assert stored_drafts(named, CLIP) is None
 
 
 def test_the_store_keeps_the_most_recently_used_drafts_within_its_size(tmp_path):

@@ -17,11 +17,11 @@ import json
 import os
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import suppress
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from as2d.drafting.family import DraftModel, draft_audio
-from as2d.options import Options, drafter_spec
+from as2d.options import Options, drafter_spec, prepare_drafter
 from as2d.runtime.spec import DrafterSpec
 from as2d.types import Window
 from as2d.writers import write_atomic
@@ -169,14 +169,19 @@ def draft_store(root: Path | None = None) -> DraftStore:
 
 def stored_drafts(options: Options, audio: object) -> Drafts | None:
     """The drafts stored for `audio` (a path) by the drafter of `options` (as2d, with
-    `options.drafts` "auto"), else None."""
+    `options.drafts` "auto"), else those of the drafter that prepares recordings
+    (`prepare_drafter`: `as2d prepare`, a server's recordings), else None."""
     spec = drafter_spec(options)
     if spec is None or options.drafts == "off" or not isinstance(audio, (str, Path)):
         return None
     store = draft_store(Path(options.drafts_dir) if options.drafts_dir else None)
     if not store.root.is_dir() or not Path(audio).is_file():
         return None
-    return store.load(store.key(Path(audio), spec))
+    names = dict.fromkeys((spec.name, prepare_drafter(options)))  # its own first
+    for name in names:
+        if (drafts := store.load(store.key(Path(audio), replace(spec, name=name)))) is not None:
+            return drafts
+    return None
 
 
 def drafter_needed(options: Options, files: Sequence[str], seconds: Iterable[float]) -> bool:

@@ -45,7 +45,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.routing import Route
 
 from as2d.models.targets import check_language, target_languages
-from as2d.options import Options, drafter_spec, has_transcript_to_time
+from as2d.options import Options, drafter_spec, has_transcript_to_time, prepare_drafter
 from as2d.runtime.drafts import draft_store
 from as2d.server.access import Access, AccessMiddleware
 from as2d.server.decoding import ApiError, Engine, Job, Metrics
@@ -500,7 +500,8 @@ def create_app(
     access = access or Access()  # None: no key, no foreign origin
     metrics = Metrics()
     store = draft_store(Path(options.drafts_dir) if options.drafts_dir else None)
-    spec = drafter_spec(options) if options.drafts == "auto" else None
+    accurate = dataclasses.replace(options, drafter=prepare_drafter(options))  # nobody waits for it
+    spec = drafter_spec(accurate) if options.drafts == "auto" else None
     recordings = Recordings(store, spec, int(max_recordings_mb * 2**20))
     engine = Engine(options, queue_size, metrics, recordings)
     upload_dir = Path(tempfile.mkdtemp(prefix="as2d-uploads-"))
