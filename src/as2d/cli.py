@@ -34,7 +34,7 @@ from as2d.options import (
     TIMESTAMPS,
     parse_budget,
 )
-from as2d.runtime.launch import reap_resource_tracker
+from as2d.runtime.launch import reap_resource_tracker, wait_for_starts
 from as2d.writers import FORMATS
 
 
@@ -343,6 +343,7 @@ def entry() -> None:
         code = closed_stdout()
     except (OSError, ValueError):  # a closed stream: nothing more can be said
         pass
+    wait_for_starts()
     reap_resource_tracker()
     os._exit(code)
 

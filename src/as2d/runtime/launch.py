@@ -72,11 +72,23 @@ def start_child(process: BaseProcess) -> Keeper | None:
     return keeper
 
 
+_STARTING = threading.Lock()  # held while a child is handed its start-up data
+
+
+def wait_for_starts(timeout_s: float = 5.0) -> None:
+    """Waits until no child is being started, for a parent about to exit: a spawned child whose
+    parent exits while handing it its start-up data (a Ctrl-C in the main thread while a
+    `Keeper` starts it) dies of an EOFError traceback on the terminal."""
+    if _STARTING.acquire(timeout=timeout_s):
+        _STARTING.release()
+
+
 def start_with_interrupts_blocked(process: BaseProcess) -> None:
     """Starts a spawned `process` with SIGINT blocked in this thread, so that the child starts
     with it blocked; a Ctrl-C meanwhile reaches this process when the call returns."""
     if not hasattr(signal, "pthread_sigmask"):  # not POSIX: no process groups, no mask
-        process.start()
+        with _STARTING:
+            process.start()
         return
     from multiprocessing import resource_tracker
 
@@ -85,7 +97,8 @@ def start_with_interrupts_blocked(process: BaseProcess) -> None:
     resource_tracker.ensure_running()
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
-        process.start()
+        with _STARTING:
+            process.start()
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
