@@ -12,7 +12,7 @@ from as2d.api import Options
 from as2d.cli import main
 from as2d.engine.policy import FixedBudget
 from as2d.eval.bench import BenchSettings, _load, run_bench
-from as2d.eval.catalog import Config
+from as2d.eval.catalog import Config, catalog
 from as2d.eval.datasets import load_dataset
 from as2d.eval.report import write_outputs
 from as2d.eval.summary import RunInfo
@@ -47,7 +47,8 @@ def test_outputs_on_two_clips_with_a_tiny_random_target(
     target = WhisperTarget(WhisperNet.from_transformers(tiny_random_whisper), english_tokenizer)
     configs = [Config("target", threads=1), Config("pld", budget=4, threads=1)]
     settings = BenchSettings(Options(target="tiny-random", language="en"), 2)
-    bench = run_bench(configs, load_dataset(str(dataset), tmp_path)[:2], settings, target)
+    recordings = load_dataset(str(dataset), tmp_path)[:2]
+    bench = run_bench(configs, recordings, settings, {"torch": target})
     counted = [line for line in capsys.readouterr().err.splitlines() if line.startswith("[")]
     assert [line.split()[0] for line in counted] == [f"[{i}/8]" for i in range(1, 9)]
     assert [(r.recording.name, r.repeat) for r in bench.runs[:4]] == [
@@ -179,7 +180,7 @@ def test_budgets_share_one_transcriber_with_their_own_policy(
 ):
     target = WhisperTarget(WhisperNet.from_transformers(tiny_random_whisper), english_tokenizer)
     configs = [Config("target", threads=1), Config("pld", budget=2), Config("pld", budget=8)]
-    loaded = _load(configs, Options(target="tiny-random", language="en"), target)
+    loaded = _load(configs, Options(target="tiny-random", language="en"), {"torch": target})
     try:
         t_target, t_k2, t_k8 = (loaded.transcribers[c] for c in configs)
         assert t_k2 is t_k8 and t_target is not t_k2
@@ -187,5 +188,26 @@ def test_budgets_share_one_transcriber_with_their_own_policy(
         assert isinstance(loaded.use(configs[2]).decoder.policy, FixedBudget)
         assert loaded.use(configs[2]).decoder.policy.k == 8
         assert loaded.use(configs[1]).decoder.policy.k == 2
+    finally:
+        loaded.close()
+
+
+def test_each_runtime_shares_its_own_target(tiny_random_whisper, random_whisper, english_tokenizer):
+    """Runtimes side by side: a configuration decodes with its own runtime's target, never
+    another's (a second random model stands in for the MNN target)."""
+    torch_target = WhisperTarget(
+        WhisperNet.from_transformers(tiny_random_whisper), english_tokenizer
+    )
+    stand_in = WhisperTarget(
+        WhisperNet.from_transformers(random_whisper(english_tokenizer, 1)), english_tokenizer
+    )
+    configs = catalog(["pld"], [], [2, 8], 1, runtimes=["torch", "mnn"])
+    targets = {"torch": torch_target, "mnn": stand_in}
+    loaded = _load(configs, Options(target="tiny-random", language="en"), targets)
+    try:
+        for config in configs:
+            assert loaded.transcribers[config].target is targets[config.runtime], config.name
+        pld = [loaded.transcribers[c] for c in configs if c.method == "pld"]
+        assert len({id(t) for t in pld}) == 2  # budgets share one Transcriber per runtime
     finally:
         loaded.close()
