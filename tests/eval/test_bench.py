@@ -16,6 +16,7 @@ from as2d.eval.catalog import Config, catalog
 from as2d.eval.datasets import load_dataset
 from as2d.eval.report import write_outputs
 from as2d.eval.summary import RunInfo
+from as2d.models.mnn_whisper import mnn_available
 from as2d.models.whisper import WhisperTarget
 from as2d.models.whisper_net import WhisperNet
 
@@ -155,6 +156,7 @@ def test_bench_prepared_times_requests_with_and_without_the_work_made_ahead(data
     [
         (["nowhere.jsonl"], "nowhere.jsonl: no such manifest or folder"),
         (["DATASET", "--methods", "target,warp"], "unknown method 'warp'"),
+        (["DATASET", "--runtime", "torch,tpu"], "unknown runtime 'tpu'; choose from torch, mnn"),
         (["DATASET", "--budgets", "auto,big"], "budget must be auto or a number"),
         (["DATASET", "--limit", "0"], "--limit must be at least 1"),
         (["DATASET", "--repeats", "0"], "--repeats must be at least 1"),
@@ -211,3 +213,36 @@ def test_each_runtime_shares_its_own_target(tiny_random_whisper, random_whisper,
         assert len({id(t) for t in pld}) == 2  # budgets share one Transcriber per runtime
     finally:
         loaded.close()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not mnn_available(), reason="MNN is not installed: pip install as2d[mnn]")
+def test_bench_torch_and_mnn_side_by_side(dataset, tmp_path, capsys):
+    """`--runtime torch,mnn`: target-only and pld on both runtimes over the same windows, each
+    identical to its own runtime's target-only, in one report with the runtimes compared."""
+    out = tmp_path / "out"
+    args = ["bench", str(dataset), "--target", "whisper-tiny.en", "--runtime", "torch,mnn"]
+    args += ["--methods", "target,pld", "--budgets", "4", "--limit", "1", "--no-progress"]
+    code = main([*args, "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    summary = json.loads((out / "summary.json").read_text())
+    assert [c["name"] for c in summary["configs"]] == [
+        "target 1t torch",
+        "target 2t torch",
+        "pld k=4 torch",
+        "target 1t mnn",
+        "target 2t mnn",
+        "pld k=4 mnn",
+    ]
+    assert [c["runtime"] for c in summary["configs"]] == ["torch"] * 3 + ["mnn"] * 3
+    assert all(c["identical"] and c["pooled_tokens_per_s"] > 0 for c in summary["configs"])
+    assert set(summary["baselines"]) == {"torch", "mnn"}
+    assert summary["baseline"] == summary["baselines"]["torch"]
+    assert summary["baselines"]["mnn"].endswith(" mnn")
+    assert summary["runtimes"]["torch"]["frac_windows_same_tokens"] == 1.0
+    assert summary["runtimes"]["mnn"]["pooled_tokens_per_s"] > 0
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert {r["runtime"] for r in rows} == {"torch", "mnn"}
+    report = (out / "report.md").read_text()
+    assert "## Runtimes side by side" in report and "| mnn | target " in report
