@@ -7,7 +7,9 @@ From an `as2d bench --repeats N` run's `results.jsonl` this prints, for R = 1..N
 faster target-only and every as2d configuration, on per-window medians), and auto's share.
 A share that climbs with R is noise washing out. The control line is the oracle over two
 copies of auto itself, each the median of its own disjoint repeats: no policy beats its own
-copy, so whatever that oracle gains is the machine's noise alone.
+copy, so whatever that oracle gains is the machine's noise alone. A run that compared
+runtimes (`--runtime torch,mnn`) is read one runtime at a time: `--runtime`, default the
+first one in the file.
 
 Example:
     .venv/bin/python scripts/oracle_by_repeats.py bench-out/luck4/results.jsonl
@@ -45,11 +47,15 @@ class Results:
         return {k: statistics.median(s[r] for r in chosen) for k, s in self.samples[config].items()}
 
 
-def read(path: Path) -> Results:
-    """The rows of a results.jsonl, gathered per configuration, window and repeat."""
+def read(path: Path, runtime: str | None = None) -> Results:
+    """The rows of a results.jsonl on `runtime` (None: the first row's; a row from before
+    runtimes were compared is torch's), gathered per configuration, window and repeat."""
     results = Results()
     for line in path.read_text().splitlines():
         row = json.loads(line)
+        runtime = runtime or row.get("runtime", "torch")
+        if row.get("runtime", "torch") != runtime:
+            continue
         key, config = (row["recording"], row["window"]), row["config"]
         if config not in results.samples:  # its first row: file it by kind
             if row["method"] == TARGET_ONLY:
@@ -109,9 +115,11 @@ def table(rows: Sequence[tuple[int, float, float, float]]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results", type=Path, help="results.jsonl of `as2d bench --repeats N`")
-    path = parser.parse_args().results
+    parser.add_argument("--runtime", default=None, help="of a run that compared runtimes")
+    args = parser.parse_args()
+    path = args.results
     try:
-        results = read(path)
+        results = read(path, args.runtime)
     except (OSError, ValueError, KeyError) as err:
         raise SystemExit(f"{path}: not a readable results.jsonl ({err})") from None
     if not results.autos or not results.targets:

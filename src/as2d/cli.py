@@ -227,11 +227,19 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     add_runtime_options(parser)
 
 
-def add_runtime_options(parser: argparse.ArgumentParser) -> None:
-    """What runs the target: runtime, device, dtype."""
-    parser.add_argument(
-        "--runtime", default="torch", choices=RUNTIMES, help="torch (default), or mnn (CPU)"
-    )
+def add_runtime_options(parser: argparse.ArgumentParser, side_by_side: bool = False) -> None:
+    """What runs the target: runtime (`side_by_side`: several, comma-separated, checked by the
+    command), device, dtype."""
+    if side_by_side:
+        parser.add_argument(
+            "--runtime",
+            default="torch",
+            help="torch (default), mnn (CPU), or several side by side: torch,mnn",
+        )
+    else:
+        parser.add_argument(
+            "--runtime", default="torch", choices=RUNTIMES, help="torch (default), or mnn (CPU)"
+        )
     parser.add_argument("--device", default="cpu", help="the target's device: cpu or cuda[:N]")
     parser.add_argument("--dtype", default=None, choices=DTYPES, help="the target's weights")
 
@@ -246,7 +254,7 @@ def add_bench_parser(commands: argparse._SubParsersAction) -> None:
     bench.add_argument("--repeats", type=int, default=1)
     bench.add_argument("--limit", type=int, default=None, help="only the first N recordings")
     bench.add_argument("--target", default="whisper-base")
-    add_runtime_options(bench)
+    add_runtime_options(bench, side_by_side=True)
     bench.add_argument("--language", default=None, help="default: the dataset's, else detect")
     bench.add_argument("--task", default="transcribe", choices=("transcribe", "translate"))
     bench.add_argument("--quiet-wait", type=float, default=0.0, help="max s to wait for others")
@@ -274,7 +282,7 @@ def add_exactness_parser(commands: argparse._SubParsersAction) -> None:
     )
     check.add_argument("dataset", metavar="DATASET", help="manifest.jsonl, folder, asterisk:LANG")
     check.add_argument("--target", default="whisper-base")
-    add_runtime_options(check)
+    add_runtime_options(check, side_by_side=True)
     check.add_argument("--methods", default="target,as2d,pld,sd", help="comma-separated")
     check.add_argument("--drafters", default="auto,ct2:whisper-tiny.en")
     check.add_argument("--budgets", default="auto", help="comma-separated: auto or k")

@@ -12,10 +12,11 @@ from as2d.api import Options
 from as2d.cli import main
 from as2d.engine.policy import FixedBudget
 from as2d.eval.bench import BenchSettings, _load, run_bench
-from as2d.eval.catalog import Config
+from as2d.eval.catalog import Config, catalog
 from as2d.eval.datasets import load_dataset
 from as2d.eval.report import write_outputs
 from as2d.eval.summary import RunInfo
+from as2d.models.mnn_whisper import mnn_available
 from as2d.models.whisper import WhisperTarget
 from as2d.models.whisper_net import WhisperNet
 
@@ -47,7 +48,8 @@ def test_outputs_on_two_clips_with_a_tiny_random_target(
     target = WhisperTarget(WhisperNet.from_transformers(tiny_random_whisper), english_tokenizer)
     configs = [Config("target", threads=1), Config("pld", budget=4, threads=1)]
     settings = BenchSettings(Options(target="tiny-random", language="en"), 2)
-    bench = run_bench(configs, load_dataset(str(dataset), tmp_path)[:2], settings, target)
+    recordings = load_dataset(str(dataset), tmp_path)[:2]
+    bench = run_bench(configs, recordings, settings, {"torch": target})
     counted = [line for line in capsys.readouterr().err.splitlines() if line.startswith("[")]
     assert [line.split()[0] for line in counted] == [f"[{i}/8]" for i in range(1, 9)]
     assert [(r.recording.name, r.repeat) for r in bench.runs[:4]] == [
@@ -154,6 +156,7 @@ def test_bench_prepared_times_requests_with_and_without_the_work_made_ahead(data
     [
         (["nowhere.jsonl"], "nowhere.jsonl: no such manifest or folder"),
         (["DATASET", "--methods", "target,warp"], "unknown method 'warp'"),
+        (["DATASET", "--runtime", "torch,tpu"], "unknown runtime 'tpu'; choose from torch, mnn"),
         (["DATASET", "--budgets", "auto,big"], "budget must be auto or a number"),
         (["DATASET", "--limit", "0"], "--limit must be at least 1"),
         (["DATASET", "--repeats", "0"], "--repeats must be at least 1"),
@@ -179,7 +182,7 @@ def test_budgets_share_one_transcriber_with_their_own_policy(
 ):
     target = WhisperTarget(WhisperNet.from_transformers(tiny_random_whisper), english_tokenizer)
     configs = [Config("target", threads=1), Config("pld", budget=2), Config("pld", budget=8)]
-    loaded = _load(configs, Options(target="tiny-random", language="en"), target)
+    loaded = _load(configs, Options(target="tiny-random", language="en"), {"torch": target})
     try:
         t_target, t_k2, t_k8 = (loaded.transcribers[c] for c in configs)
         assert t_k2 is t_k8 and t_target is not t_k2
@@ -189,3 +192,57 @@ def test_budgets_share_one_transcriber_with_their_own_policy(
         assert loaded.use(configs[1]).decoder.policy.k == 2
     finally:
         loaded.close()
+
+
+def test_each_runtime_shares_its_own_target(tiny_random_whisper, random_whisper, english_tokenizer):
+    """Runtimes side by side: a configuration decodes with its own runtime's target, never
+    another's (a second random model stands in for the MNN target)."""
+    torch_target = WhisperTarget(
+        WhisperNet.from_transformers(tiny_random_whisper), english_tokenizer
+    )
+    stand_in = WhisperTarget(
+        WhisperNet.from_transformers(random_whisper(english_tokenizer, 1)), english_tokenizer
+    )
+    configs = catalog(["pld"], [], [2, 8], 1, runtimes=["torch", "mnn"])
+    targets = {"torch": torch_target, "mnn": stand_in}
+    loaded = _load(configs, Options(target="tiny-random", language="en"), targets)
+    try:
+        for config in configs:
+            assert loaded.transcribers[config].target is targets[config.runtime], config.name
+        pld = [loaded.transcribers[c] for c in configs if c.method == "pld"]
+        assert len({id(t) for t in pld}) == 2  # budgets share one Transcriber per runtime
+    finally:
+        loaded.close()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not mnn_available(), reason="MNN is not installed: pip install as2d[mnn]")
+def test_bench_torch_and_mnn_side_by_side(dataset, tmp_path, capsys):
+    """`--runtime torch,mnn`: target-only and pld on both runtimes over the same windows, each
+    identical to its own runtime's target-only, in one report with the runtimes compared."""
+    out = tmp_path / "out"
+    args = ["bench", str(dataset), "--target", "whisper-tiny.en", "--runtime", "torch,mnn"]
+    args += ["--methods", "target,pld", "--budgets", "4", "--limit", "1", "--no-progress"]
+    code = main([*args, "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    summary = json.loads((out / "summary.json").read_text())
+    assert [c["name"] for c in summary["configs"]] == [
+        "target 1t torch",
+        "target 2t torch",
+        "pld k=4 torch",
+        "target 1t mnn",
+        "target 2t mnn",
+        "pld k=4 mnn",
+    ]
+    assert [c["runtime"] for c in summary["configs"]] == ["torch"] * 3 + ["mnn"] * 3
+    assert all(c["identical"] and c["pooled_tokens_per_s"] > 0 for c in summary["configs"])
+    assert set(summary["baselines"]) == {"torch", "mnn"}
+    assert summary["baseline"] == summary["baselines"]["torch"]
+    assert summary["baselines"]["mnn"].endswith(" mnn")
+    assert summary["runtimes"]["torch"]["frac_windows_same_tokens"] == 1.0
+    assert summary["runtimes"]["mnn"]["pooled_tokens_per_s"] > 0
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert {r["runtime"] for r in rows} == {"torch", "mnn"}
+    report = (out / "report.md").read_text()
+    assert "## Runtimes side by side" in report and "| mnn | target " in report

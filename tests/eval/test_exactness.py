@@ -19,6 +19,7 @@ from as2d.eval.exactness import (
     reference_config,
     report_dict,
 )
+from as2d.models.mnn_whisper import mnn_available
 from as2d.types import WindowResult
 
 ASTERISK = Path(__file__).parents[1] / "data" / "asterisk" / "en"
@@ -90,3 +91,21 @@ def test_missing_dataset_is_one_line_and_exit_2(tmp_path, capsys):
     assert out == ""
     assert err.count("\n") == 1 and err.startswith("as2d: error: ")
     assert "no such manifest or folder" in err
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not mnn_available(), reason="MNN is not installed: pip install as2d[mnn]")
+def test_exactness_on_torch_and_mnn_checks_each_against_its_own_target_only(tmp_path, capsys):
+    shutil.copy(ASTERISK / "dir-instr.wav", tmp_path / "dir-instr.wav")
+    args = ["exactness", str(tmp_path), "--target", "whisper-tiny.en", "--runtime", "torch,mnn"]
+    code = main([*args, "--methods", "target,pld", "--budgets", "4", "--no-progress"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    report = json.loads(out)
+    references = report["references"]  # each runtime's target-only at the most threads
+    assert list(references) == ["torch", "mnn"] and report["reference"] == references["torch"]
+    assert references["mnn"].startswith("target ") and references["mnn"].endswith(" mnn")
+    assert report["mismatches"] == 0 and report["positions"] > 0
+    names = [m["name"] for m in report["methods"]]
+    assert [n for n in names if n.startswith("pld")] == ["pld k=4 torch", "pld k=4 mnn"]
+    assert names.index("pld k=4 torch") < min(i for i, n in enumerate(names) if "mnn" in n)

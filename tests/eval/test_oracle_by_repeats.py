@@ -18,24 +18,30 @@ TIMES = {
 }
 
 
-def run(path: Path) -> subprocess.CompletedProcess[str]:
+def run(path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, str(SCRIPT), str(path)], capture_output=True, text=True, check=False
+        [sys.executable, str(SCRIPT), str(path), *args], capture_output=True, text=True, check=False
     )
+
+
+def rows_of(runtime: str | None = None, scale: float = 1.0) -> list[dict[str, object]]:
+    """TIMES as results.jsonl rows (on `runtime`: None, a run from before runtimes were
+    compared), every time multiplied by `scale`."""
+    return [
+        {"config": config, "method": method, "budget": budget, "recording": "r", "window": window,
+         "repeat": repeat, "tokens": 10, "wall_s": scale * seconds[repeat][window],
+         **({"runtime": runtime} if runtime else {})}
+        for config, (method, budget, seconds) in TIMES.items()
+        for repeat in (0, 1)
+        for window in (0, 1)
+    ]  # fmt: skip
 
 
 def test_the_oracles_lead_shrinks_with_repeats_and_the_control_is_auto_against_itself(
     tmp_path: Path,
 ):
-    rows = [
-        {"config": config, "method": method, "budget": budget, "recording": "r", "window": window,
-         "repeat": repeat, "tokens": 10, "wall_s": seconds[repeat][window]}
-        for config, (method, budget, seconds) in TIMES.items()
-        for repeat in (0, 1)
-        for window in (0, 1)
-    ]  # fmt: skip
     results = tmp_path / "results.jsonl"
-    results.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    results.write_text("".join(json.dumps(row) + "\n" for row in rows_of()))
     done = run(results)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
@@ -51,3 +57,15 @@ def test_a_file_that_is_not_results_is_a_one_line_error(tmp_path: Path):
     done = run(bad)
     assert done.returncode != 0 and len(done.stderr.splitlines()) == 1
     assert "not a readable results.jsonl" in done.stderr
+
+
+def test_a_run_that_compared_runtimes_is_read_one_runtime_at_a_time(tmp_path: Path):
+    """Torch's rows as above, MNN's twice as fast: the first runtime by default, or the one
+    named (same shares: every time halved)."""
+    results = tmp_path / "results.jsonl"
+    rows = rows_of("torch") + rows_of("mnn", scale=0.5)
+    results.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    first, mnn = run(results), run(results, "--runtime", "mnn")
+    assert first.returncode == 0 and mnn.returncode == 0, first.stderr + mnn.stderr
+    assert first.stdout.splitlines()[2] == "| 1 | 2.5 | 5.0 | 6.7 | 75.0% |"
+    assert mnn.stdout.splitlines()[2] == "| 1 | 5.0 | 10.0 | 13.3 | 75.0% |"

@@ -1,7 +1,8 @@
 """`as2d bench`: every configuration decodes every recording, in one run, interleaved.
 
 Fairness (DESIGN.md, Concurrency):
-- One target model is loaded and shared by every configuration (they run one at a time);
+- One target model per runtime is loaded and shared by that runtime's configurations (they
+  run one at a time; `--runtime torch,mnn` compares runtimes on the same windows);
   configurations that differ only in budget share one drafter process (each keeps its own
   budget policy), loaded before timing: memory grows with drafters, not with budgets.
 - Every configuration first decodes a warm-up clip that is not timed.
@@ -21,7 +22,7 @@ import hashlib
 import os
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -90,17 +91,17 @@ def run_bench(
     configs: Sequence[Config],
     recordings: Sequence[Recording],
     settings: BenchSettings,
-    target: TargetAdapter[Any] | None = None,
+    targets: Mapping[str, TargetAdapter[Any]] | None = None,
 ) -> BenchRun:
-    """Loads every configuration (all sharing `target`, or the target the first one loads),
-    warms each up, then decodes recordings x repeats x configurations, interleaved per
-    recording."""
+    """Loads every configuration (those of a runtime sharing its target from `targets`, else
+    the one their first loads), warms each up, then decodes recordings x repeats x
+    configurations, interleaved per recording."""
     bench = BenchRun(list(configs), list(recordings))
     bench.audio_s = sum(audio_duration(r.audio) for r in recordings)
     shown = _timeline_config(configs)
     longest = max(recordings, key=lambda r: audio_duration(r.audio))
     bench.drafting_s = make_drafts_ahead(configs, recordings, settings.base)
-    loaded = _load(configs, settings.base, target, settings.progress)
+    loaded = _load(configs, settings.base, targets, settings.progress)
     try:
         encoding = make_encoders_ahead(loaded, configs, recordings)
         bench.preparation_core_s = _preparation_core_s(configs, settings.base, bench, encoding)
@@ -162,11 +163,14 @@ class Loaded:
 def _load(
     configs: Sequence[Config],
     base: Options,
-    target: TargetAdapter[Any] | None,
+    targets: Mapping[str, TargetAdapter[Any]] | None,
     progress: bool = False,
 ) -> Loaded:
+    """A Transcriber per configuration, one target per runtime (from `targets`, else loaded by
+    the runtime's first configuration): a torch target never decodes an MNN configuration."""
     loaded = Loaded()
     by_drafter: dict[Config, Transcriber] = {}  # the configuration less its budget -> shared
+    shared = dict(targets or {})  # runtime -> its one target
     try:
         for config in tqdm(configs, desc="loading", unit="config", disable=not progress or None):
             key = replace(config, budget=None)
@@ -174,8 +178,9 @@ def _load(
             if transcriber is None:
                 options = config.options(base)
                 spawn = not config.drafts_ready  # its drafts are stored: no drafter process
+                target = shared.get(config.runtime)
                 transcriber = Transcriber(options, shared_target=target, spawn_drafter=spawn)
-                target = transcriber.target  # loaded once, by the first configuration
+                shared[config.runtime] = transcriber.target  # loaded once per runtime
             if config.method in SHARED_BUDGETS:
                 by_drafter[key] = transcriber
                 loaded.shared.add(config)
@@ -214,22 +219,23 @@ def make_encoders_ahead(
     """Runs the target's encoder over every window of every recording for each prepared
     configuration, on its target's thread count (the store's key), into the store beside its
     drafts, before anything is timed; returns each configuration's core-seconds (the encoder's
-    seconds x its threads; configurations on one thread count share one preparation)."""
+    seconds x its threads; configurations on one runtime and thread count share one
+    preparation)."""
     from as2d.runtime.prepared import prepare
 
-    by_threads: dict[int, float] = {}
+    made: dict[tuple[str, int], float] = {}  # (runtime, threads) -> core-seconds
     core_s: dict[str, float] = {}
     for config in configs:
         if not config.prepared:
             continue
         transcriber = loaded.transcribers[config]
-        threads = transcriber.threads
-        if threads not in by_threads:
+        key = (config.runtime, transcriber.threads)
+        if key not in made:
             start = time.perf_counter()
             for recording in recordings:
                 prepare(recording.audio, transcriber, None)
-            by_threads[threads] = (time.perf_counter() - start) * threads
-        core_s[config.name] = by_threads[threads]
+            made[key] = (time.perf_counter() - start) * transcriber.threads
+        core_s[config.name] = made[key]
     return core_s
 
 

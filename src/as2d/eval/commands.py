@@ -8,10 +8,12 @@ import json
 import os
 import shlex
 import sys
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
 # Torch and transformers are imported by each command when it runs, not here.
+from as2d.backends import RUNTIMES
 from as2d.commands import (
     EXIT_OK,
     EXIT_SOME_FAILED,
@@ -138,23 +140,35 @@ def dataset_configs(args: argparse.Namespace) -> tuple[list[Recording], list[Con
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
         raise UsageError(f"unknown method {unknown[0]!r}; choose from {', '.join(METHODS)}")
-    if args.runtime != "torch" and "sd" in methods:  # its drafter shares torch's cache
-        print(f"sd left out: it runs on torch only, not {args.runtime}", file=sys.stderr)
-        methods.remove("sd")
+    runtimes = _runtimes(args.runtime, methods)
     languages = {r.language for r in recordings}
     language = args.language or (languages.pop() if len(languages) == 1 else None)
     base = Options(
         target=args.target,
         language=language,
         task=args.task,
-        runtime=args.runtime,
+        runtime=runtimes[0],  # each configuration names its own
         device=args.device,
         dtype=args.dtype,
         drafts="off",  # a benchmark's drafter drafts: stored drafts would skew its numbers
         # bench: timed apart from decoding (WindowResult.align_s); exactness times nothing
         timestamps=getattr(args, "timestamps", "none"),
     )
-    return recordings, catalog(methods, drafters, budgets, len(os.sched_getaffinity(0))), base
+    cores = len(os.sched_getaffinity(0))
+    return recordings, catalog(methods, drafters, budgets, cores, runtimes), base
+
+
+def _runtimes(text: str, methods: Sequence[str]) -> list[str]:
+    """`--runtime`: one runtime, or several side by side ("torch,mnn"); says on stderr that
+    sd is left out on the runtimes other than torch (the catalog leaves it out there)."""
+    runtimes = list(dict.fromkeys(_items(text)))
+    unknown = [r for r in runtimes if r not in RUNTIMES] or ([] if runtimes else [text])
+    if unknown:
+        raise UsageError(f"unknown runtime {unknown[0]!r}; choose from {', '.join(RUNTIMES)}")
+    others = [r for r in runtimes if r != "torch"]
+    if others and "sd" in methods:  # its drafter shares torch's cache
+        print(f"sd left out on {', '.join(others)}: it runs on torch only", file=sys.stderr)
+    return runtimes
 
 
 def _items(text: str) -> list[str]:

@@ -7,8 +7,10 @@ pass of k tokens than by a step of one) shows up as a number with the place it f
 
 The reference is target-only at the most threads, the baseline users compare with; every other
 configuration, target-only at 1 thread included (output must not depend on thread count), is
-compared with it. One target model is loaded once and shared; configurations are built and
-closed one at a time, so at most one drafter process runs.
+compared with it. With several runtimes (`--runtime torch,mnn`) each has its own reference, its
+target-only: another runtime's target may round to other tokens. One target model per runtime
+is loaded once and shared; configurations are built and closed one at a time, so at most one
+drafter process runs.
 
 Example:
     report = check_exactness(catalog(["target", "pld"], [], [None, 4], cores=2), recordings,
@@ -75,12 +77,14 @@ class MethodExactness:
 
 @dataclass
 class ExactnessReport:
-    """Every compared configuration against the reference; totals exclude the reference."""
+    """Every compared configuration against its runtime's reference; totals exclude the
+    references."""
 
-    reference: str  # Config.name of the reference, e.g. "target 2t"
+    reference: str  # Config.name of the first runtime's reference, e.g. "target 2t"
     methods: list[MethodExactness] = field(default_factory=list)
     recordings: int = 0
     windows: int = 0  # the reference's windows
+    references: dict[str, str] = field(default_factory=dict)  # runtime -> its reference
 
     @property
     def positions(self) -> int:
@@ -143,11 +147,12 @@ def check_exactness(
     base: Options,
     progress: bool = False,
 ) -> ExactnessReport:
-    """Decodes `recordings` with the reference, then with every other configuration, and
-    compares every committed token position.
+    """Decodes `recordings` with the reference of each runtime, then with every other
+    configuration of that runtime, and compares every committed token position.
 
     Args:
-        configs: the catalog, target-only included (the reference is chosen among it).
+        configs: the catalog, target-only of every runtime included (the references are
+            chosen among it).
         recordings: the dataset.
         base: target, language, task, device, dtype; method and the rest come per config.
         progress: a tqdm bar (one step per configuration x recording) on stderr.
@@ -155,21 +160,40 @@ def check_exactness(
     Returns:
         The report: per compared configuration, positions, mismatches and the first mismatch.
     """
-    reference = reference_config(configs)
-    compared = [c for c in configs if c != reference]
+    runtimes = dict.fromkeys(c.runtime for c in configs)
+    groups = {runtime: [c for c in configs if c.runtime == runtime] for runtime in runtimes}
+    references = {runtime: reference_config(mine) for runtime, mine in groups.items()}
+    names = {runtime: reference.name for runtime, reference in references.items()}
+    report = ExactnessReport(next(iter(names.values())), [], len(recordings), references=names)
     total = len(configs) * len(recordings)
     bar = tqdm(total=total, desc="decoding", unit="run", disable=not progress or None)
     with bar:
-        expected, target = decode_dataset(reference, recordings, base, None, bar)
-        report = ExactnessReport(reference.name, [], len(recordings), sum(map(len, expected)))
-        for config in compared:
-            method = MethodExactness(config.name)
-            decoded, target = decode_dataset(config, recordings, base, target, bar)
-            for recording, want, got in zip(recordings, expected, decoded, strict=True):
-                for window, (ref, out) in enumerate(zip_longest(want, got)):
-                    method.add(recording.name, window, ref, out)
-            report.methods.append(method)
+        for runtime, mine in groups.items():
+            compared = [c for c in mine if c != references[runtime]]
+            windows = _check_runtime(references[runtime], compared, recordings, base, report, bar)
+            report.windows = report.windows or windows  # the first runtime's reference's
     return report
+
+
+def _check_runtime(
+    reference: Config,
+    compared: Sequence[Config],
+    recordings: Sequence[Recording],
+    base: Options,
+    report: ExactnessReport,
+    bar: tqdm,
+) -> int:
+    """Decodes with `reference`, then with each of `compared` (all on its runtime, sharing its
+    target), adding each one's agreement to `report`; returns the reference's windows."""
+    expected, target = decode_dataset(reference, recordings, base, None, bar)
+    for config in compared:
+        method = MethodExactness(config.name)
+        decoded, target = decode_dataset(config, recordings, base, target, bar)
+        for recording, want, got in zip(recordings, expected, decoded, strict=True):
+            for window, (ref, out) in enumerate(zip_longest(want, got)):
+                method.add(recording.name, window, ref, out)
+        report.methods.append(method)
+    return sum(map(len, expected))
 
 
 def decode_dataset(
@@ -205,6 +229,7 @@ def report_dict(report: ExactnessReport) -> dict[str, object]:
         "min_margin": _finite(report.min_margin),
         "methods": [_method_dict(m) for m in report.methods],
         "reference": report.reference,
+        "references": report.references,
         "recordings": report.recordings,
         "windows": report.windows,
     }

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 
 from as2d.audio.windows import iter_windows
 from as2d.eval.bench import BenchRun, BenchSettings, rotation
-from as2d.eval.summary import measured
+from as2d.eval.summary import measured, split_by_runtime
 from as2d.models.bundled import ct2_dir
 from as2d.types import Window
 
@@ -40,7 +40,8 @@ def external_reference(bench: BenchRun, settings: BenchSettings) -> list[dict[st
         from faster_whisper import WhisperModel
     except ImportError as err:
         raise ValueError("--external needs faster-whisper (pip install faster-whisper)") from err
-    threads = measured(bench).baseline.threads or 1  # our target-only's faster thread count
+    ours = measured(split_by_runtime(bench)[0])  # the first runtime's target-only
+    threads = ours.baseline.threads or 1  # its faster thread count
     models = {
         compute: WhisperModel(
             str(ct2_dir(settings.base.target)), compute_type=compute, cpu_threads=threads

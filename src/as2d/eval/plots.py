@@ -15,7 +15,9 @@ from as2d.eval.catalog import Config
 from as2d.writers import atomic_path
 
 if TYPE_CHECKING:
-    from as2d.eval.summary import ConfigSummary, Measured
+    from matplotlib.axes import Axes
+
+    from as2d.eval.summary import ConfigSummary, RuntimePart
 
 
 def plot_speedups(rows: Sequence[ConfigSummary], baseline: str, path: Path) -> None:
@@ -37,31 +39,27 @@ def plot_speedups(rows: Sequence[ConfigSummary], baseline: str, path: Path) -> N
     _save(fig, path)
 
 
-def plot_cdf(configs: Sequence[Config], m: Measured, path: Path) -> None:
-    """Per-window speed-up (baseline time / configuration time) as a CDF per configuration:
-    a colour per method and drafter, solid for `auto` and dashed for fixed budgets."""
+def plot_cdf(parts: Sequence[RuntimePart], path: Path) -> None:
+    """Per-window speed-up (baseline time / configuration time) as a CDF per configuration,
+    each against its own runtime's baseline: a colour per method, drafter and runtime, solid
+    for `auto` and dashed for fixed budgets."""
     fig = Figure(figsize=(9, 4.5), layout="constrained")
     ax = fig.add_subplot()
-    base = m.times[m.baseline.name]
-    groups = list(dict.fromkeys((c.method, c.drafter) for c in configs))
-    for config in configs:
-        if config == m.baseline:
-            continue
-        mine = m.times[config.name]
-        ratios = np.sort([base[key] / mine[key] for key in mine if mine[key] > 0])
-        if len(ratios):  # from (first ratio, 0): the share of windows at or below each ratio
-            shares = np.arange(len(ratios) + 1) / len(ratios)
-            k = config.budget
-            ax.step(
-                np.r_[ratios[0], ratios],
-                shares,
-                where="post",
-                label=config.name,
-                color=f"C{groups.index((config.method, config.drafter)) % 10}",  # tab10
-                linestyle="-" if k is None else _DASHES[k.bit_length() % len(_DASHES)],
-                linewidth=2.0 if k is None else 1.0,
-            )
-    ax.axvline(1.0, color="black", linestyle="--", linewidth=0.8, label=f"{m.baseline.name} = 1")
+    configs = [c for part in parts for c in part.bench.configs]
+    groups = list(dict.fromkeys((c.method, c.drafter, c.runtime) for c in configs))
+    for part in parts:
+        m = part.m
+        base = m.times[m.baseline.name]
+        for config in part.bench.configs:
+            if config == m.baseline:
+                continue
+            mine = m.times[config.name]
+            ratios = np.sort([base[key] / mine[key] for key in mine if mine[key] > 0])
+            if len(ratios):  # from (first ratio, 0): the share of windows at or below each ratio
+                group = groups.index((config.method, config.drafter, config.runtime))
+                _step(ax, ratios, config, f"C{group % 10}")  # tab10
+    reference = parts[0].m.baseline.name if len(parts) == 1 else "each runtime's target-only"
+    ax.axvline(1.0, color="black", linestyle="--", linewidth=0.8, label=f"{reference} = 1")
     ax.set_xscale("log")
     ax.xaxis.set_major_formatter(ScalarFormatter())
     ax.xaxis.set_minor_formatter(NullFormatter())
@@ -70,6 +68,21 @@ def plot_cdf(configs: Sequence[Config], m: Measured, path: Path) -> None:
     ax.set_ylabel("share of windows")
     fig.legend(loc="outside right upper", fontsize=7)
     _save(fig, path)
+
+
+def _step(ax: Axes, ratios: np.ndarray, config: Config, color: str) -> None:
+    """One configuration's CDF of sorted per-window `ratios`, from (first ratio, 0)."""
+    shares = np.arange(len(ratios) + 1) / len(ratios)
+    k = config.budget
+    ax.step(
+        np.r_[ratios[0], ratios],
+        shares,
+        where="post",
+        label=config.name,
+        color=color,
+        linestyle="-" if k is None else _DASHES[k.bit_length() % len(_DASHES)],
+        linewidth=2.0 if k is None else 1.0,
+    )
 
 
 _DASHES = [(0, (4, 1.5)), (0, (1, 1)), (0, (4, 1.5, 1, 1.5)), (0, (8, 2))]  # fixed budgets

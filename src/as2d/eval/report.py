@@ -11,22 +11,28 @@ from typing import Any
 
 from as2d.eval.bench import BenchRun
 from as2d.eval.plots import plot_cdf, plot_speedups
-from as2d.eval.summary import ConfigSummary, RunInfo, measured, result_rows, summarise, summary
+from as2d.eval.summary import ConfigSummary, RunInfo, by_runtime, result_rows, summary
 from as2d.eval.timeline import plot_timeline
 from as2d.writers import write_atomic
+
+OWN_RUNTIME = (  # under the table where runtimes are compared
+    "Speed-up, windows slower and identical: against the faster target-only of the "
+    "configuration's own runtime (each runtime's target is its own reference)."
+)
 
 
 def write_outputs(bench: BenchRun, out: Path, info: RunInfo) -> dict[str, object]:
     """Writes results.jsonl, summary.json, report.md and the plots into `out`; the summary."""
     out.mkdir(parents=True, exist_ok=True)
-    m = measured(bench)
-    rows = summarise(bench, m)
-    content = summary(bench, m, rows, info)
+    parts = by_runtime(bench)
+    rows = [row for part in parts for row in part.rows]
+    content = summary(bench, parts, info)
     lines = "".join(json.dumps(r) + "\n" for r in result_rows(bench))
     write_atomic(out / "results.jsonl", lines)
     write_atomic(out / "summary.json", json.dumps(content, indent=2) + "\n")
-    plot_speedups(rows, m.baseline.name, out / "speedup.png")
-    plot_cdf(bench.configs, m, out / "window_speedup_cdf.png")
+    baseline = parts[0].m.baseline.name if len(parts) == 1 else "its runtime's target-only"
+    plot_speedups(rows, baseline, out / "speedup.png")
+    plot_cdf(parts, out / "window_speedup_cdf.png")
     if bench.timeline is not None:
         plot_timeline(bench.timeline, out / "timeline.png")
     write_atomic(out / "report.md", render_report(content, rows, bench))
@@ -36,22 +42,31 @@ def write_outputs(bench: BenchRun, out: Path, info: RunInfo) -> dict[str, object
 def render_report(
     content: dict[str, object], rows: Sequence[ConfigSummary], bench: BenchRun
 ) -> str:
-    """report.md: the table, the oracle, how it was run and the exact command."""
+    """report.md: the table, the runtimes side by side (when several), the oracle, how it
+    was run and the exact command."""
     machine = content["machine"]
     assert isinstance(machine, dict)
+    several = "runtimes" in content
+    shared = (
+        "One target model per runtime, shared by that runtime's configurations"
+        if several
+        else "One target model shared by every configuration"
+    )
     lines = [
         f"# as2d bench: {content['target']} on {len(bench.recordings)} recordings",
         "",
         table(rows),
+        *(["", OWN_RUNTIME] if several else []),
         "",
-        _oracle_line(content),
+        *_oracle_lines(content),
         "",
         'Windows slower: the share whose median time is above the baseline\'s; "> 3 %": '
         "slower by more than 3 %, beside the noise floor, the same share for the baseline "
         f"against itself (its earlier repeats against its later ones): "
-        f"{noise_floor_cell(content)}.",
+        f"{_noise_floors(content)}.",
         "",
         "![speed-up](speedup.png) ![per-window speed-up](window_speedup_cdf.png)",
+        *runtime_table(content, rows),
         *subset_table(content),
     ]
     if bench.timeline is not None:
@@ -66,15 +81,15 @@ def render_report(
         f"- Dataset `{content['dataset']}`: {len(bench.recordings)} recordings, "
         f"{bench.audio_s / 60:.1f} min of audio, {content['windows']} windows; "
         f"{content['repeats']} repeat(s), per-window times are medians over repeats.",
-        f"- Baseline: `{content['baseline']}`, the faster target-only thread count.",
-        "- One target model shared by every configuration; each loaded and warmed up "
-        "(an untimed decode) before timing.",
+        f"- {_baseline_line(content)}",
+        f"- {shared}; each loaded and warmed up (an untimed decode) before timing.",
         "- Interleaved per recording, in an order rotating from one recording to the next "
         "(not per window: an as2d drafter runs ahead into later windows of its recording, "
         "which would be free drafting while other configurations are timed). Before each "
         "timed decode the drafter processes are left to go idle.",
         "- Time = encode + decode per window; pooled tokens/s = tokens / total time; "
-        "`identical`: every window's tokens equal target-only's (same threads).",
+        "`identical`: every window's tokens equal target-only's (same threads"
+        f"{', same runtime' if several else ''}).",
         *_drafting_lines(bench),
         *_timing_lines(content),
         "",
@@ -137,6 +152,14 @@ def slower_cell(config: Mapping[str, Any]) -> str:
     return cell + f"; > 3 %: {100 * config.get('frac_slower_3pct', 0.0):.1f} %"
 
 
+def _noise_floors(content: dict[str, object]) -> str:
+    """The noise floor; with several runtimes, each one's."""
+    runtimes = content.get("runtimes")
+    if not isinstance(runtimes, dict):
+        return noise_floor_cell(content)
+    return ", ".join(f"{name} {noise_floor_cell(figures)}" for name, figures in runtimes.items())
+
+
 def noise_floor_cell(part: Mapping[str, Any]) -> str:
     """The share of windows target-only is slower than itself by more than 3 %."""
     floor = part.get("noise_floor_slower_3pct")
@@ -153,12 +176,17 @@ def subset_table(content: dict[str, object]) -> list[str]:
         f"{name} ({part['audio_s'] / 60:.1f} min, {part['windows']} windows)"
         for name, part in subsets.items()
     ]
+    baseline = (
+        "the whole set's target-only baseline of its runtime"
+        if "runtimes" in content
+        else f"`{content['baseline']}` (the whole set's baseline)"
+    )
     lines = [
         "",
         "## Per subset",
         "",
-        f"Pooled speed-up over `{content['baseline']}` (the whole set's baseline) / share of "
-        "windows slower than it, on each subset's windows.",
+        f"Pooled speed-up over {baseline} / share of windows slower than it, on each subset's "
+        "windows.",
         "",
         f"| configuration | {' | '.join(heads)} |",
         f"|---|{'---:|' * len(heads)}",
@@ -169,8 +197,14 @@ def subset_table(content: dict[str, object]) -> list[str]:
             cell = f"{c['speedup']:.2f}x / {slower_cell(c)}"
             cells.setdefault(c["name"], []).append(cell)
     lines += [f"| {name} | {' | '.join(row)} |" for name, row in cells.items()]
-    floors = [noise_floor_cell(part) for part in subsets.values()]
-    lines.append(f"| noise floor (> 3 %, target-only against itself) | {' | '.join(floors)} |")
+    label = "noise floor (> 3 %, target-only against itself)"
+    runtimes = content.get("runtimes")
+    if not isinstance(runtimes, dict):
+        floors = [noise_floor_cell(part) for part in subsets.values()]
+        return [*lines, f"| {label} | {' | '.join(floors)} |"]
+    for runtime in runtimes:  # a floor per runtime
+        floors = [noise_floor_cell(part["runtimes"][runtime]) for part in subsets.values()]
+        lines.append(f"| {label}, {runtime} | {' | '.join(floors)} |")
     return lines
 
 
@@ -227,7 +261,62 @@ def external_table(content: dict[str, object]) -> list[str]:
     return [*lines, ""]
 
 
-def _oracle_line(content: dict[str, object]) -> str:
+def runtime_table(content: dict[str, object], rows: Sequence[ConfigSummary]) -> list[str]:
+    """report.md lines that set the runtimes side by side (none with one runtime): each one's
+    target-only and fastest configuration, against the first runtime's target-only."""
+    runtimes = content.get("runtimes")
+    baselines = content["baselines"]
+    if not isinstance(runtimes, dict) or not isinstance(baselines, dict):
+        return []
+    first = next(iter(runtimes))
+    first_rate = runtimes[first]["pooled_tokens_per_s"]
+    lines = [
+        "",
+        "## Runtimes side by side",
+        "",
+        f'The same windows; "vs {first}": tokens/s over {first}\'s target-only '
+        f"(`{baselines[first]}`); fastest: of the configurations with no work made ahead.",
+        "",
+        f"| runtime | target-only | tokens/s | vs {first} | windows with {first}'s tokens "
+        f"| fastest | tokens/s | speed-up | vs {first} |",
+        "|---|---|---:|---:|---:|---|---:|---:|---:|",
+    ]
+    for runtime, figures in runtimes.items():
+        cold = [r for r in rows if r.runtime == runtime and r.drafts == "live" and not r.prepared]
+        best = max(cold, key=lambda r: r.pooled_tokens_per_s)
+        rate = figures["pooled_tokens_per_s"]
+        lines.append(
+            f"| {runtime} | {baselines[runtime]} | {rate:.1f} | {_ratio(rate, first_rate)} | "
+            f"{100 * figures['frac_windows_same_tokens']:.1f} % | {best.name} | "
+            f"{best.pooled_tokens_per_s:.1f} | {best.speedup:.2f}x | "
+            f"{_ratio(best.pooled_tokens_per_s, first_rate)} |"
+        )
+    return lines
+
+
+def _ratio(rate: float, reference: float) -> str:
+    return f"{rate / reference:.2f}x" if reference > 0 else "-"
+
+
+def _baseline_line(content: dict[str, object]) -> str:
+    """How the baseline was chosen: one, or one per runtime."""
+    baselines = content["baselines"]
+    assert isinstance(baselines, dict)
+    if len(baselines) == 1:
+        return f"Baseline: `{content['baseline']}`, the faster target-only thread count."
+    each = ", ".join(f"`{name}`" for name in baselines.values())
+    return f"Baselines: {each}, each runtime's faster target-only thread count."
+
+
+def _oracle_lines(content: dict[str, object]) -> list[str]:
+    """The oracle's line; with several runtimes, one per runtime (each over its own)."""
+    runtimes = content.get("runtimes")
+    if not isinstance(runtimes, dict):
+        return [_oracle_line(content)]
+    return ["\n\n".join(f"{name}: {_oracle_line(figures)}" for name, figures in runtimes.items())]
+
+
+def _oracle_line(content: Mapping[str, Any]) -> str:
     oracle = content["oracle"]
     if not isinstance(oracle, dict):
         return "Hindsight oracle: no as2d configurations in this run."

@@ -15,13 +15,17 @@ means every window of every repeat has the same tokens as target-only with the s
 thread count (else the baseline).
 When the recordings belong to subsets (the manifest's "subset"), every subset gets the same
 figures on its own windows, against the same baseline.
+Runtimes compared side by side (`--runtime torch,mnn`) are figured apart (`by_runtime`): each
+configuration against the baseline, target-only and oracle of its own runtime, since another
+runtime's target may round to other tokens; summary.json's top-level baseline, oracle and
+noise floor are the first runtime's, and `runtimes` has every runtime's.
 """
 
 from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import cached_property
 
 from as2d.eval.bench import BenchRun, RecordingRun, tokens_hash
@@ -58,6 +62,7 @@ class ConfigSummary:
     prepared: bool = False  # the target's encoder output made before the request
     request_s: float = 0.0  # pooled: each recording's median time from request to answer
     preparation_core_s: float = 0.0  # core-seconds of the work made ahead (drafts, encoder)
+    runtime: str = "torch"  # what ran the target; speed-up and identity are within it
 
 
 @dataclass
@@ -85,9 +90,52 @@ class Measured:
         """Config name -> window -> seconds, the median over repeats."""
         return _medians(self.samples)
 
+    @cached_property
+    def base_rate(self) -> float:
+        """The baseline's pooled tokens/s."""
+        return pooled_tokens_per_s(self.tokens, self.times[self.baseline.name])
+
+
+@dataclass
+class RuntimePart:
+    """One runtime's share of a benchmark: its configurations and runs, their times, and
+    their figures against its own baseline."""
+
+    bench: BenchRun  # this runtime's configurations and runs only
+    m: Measured
+    rows: list[ConfigSummary]
+
+    @property
+    def runtime(self) -> str:
+        return self.m.baseline.runtime
+
+
+def by_runtime(bench: BenchRun) -> list[RuntimePart]:
+    """Every runtime's figures, in the order of the configurations' runtimes."""
+    parts = []
+    for part in split_by_runtime(bench):
+        m = measured(part)
+        parts.append(RuntimePart(part, m, summarise(part, m)))
+    return parts
+
+
+def split_by_runtime(bench: BenchRun) -> list[BenchRun]:
+    """`bench` as one BenchRun per runtime, each with that runtime's configurations and runs
+    (the recordings and what was made ahead are shared)."""
+    runtimes = dict.fromkeys(c.runtime for c in bench.configs)
+    return [
+        replace(
+            bench,
+            configs=[c for c in bench.configs if c.runtime == runtime],
+            runs=[run for run in bench.runs if run.config.runtime == runtime],
+        )
+        for runtime in runtimes
+    ]
+
 
 def measured(bench: BenchRun) -> Measured:
-    """Per-window times of each configuration; the baseline by pooled throughput."""
+    """Per-window times of each configuration of one runtime (`split_by_runtime`); the
+    baseline by pooled throughput."""
     samples: dict[str, dict[WindowKey, list[float]]] = {}
     for config in bench.configs:
         mine = samples[config.name] = {}
@@ -113,7 +161,7 @@ def _medians(
 
 def summarise(bench: BenchRun, m: Measured) -> list[ConfigSummary]:
     """Every configuration's pooled figures."""
-    base_rate = pooled_tokens_per_s(m.tokens, m.times[m.baseline.name])
+    base_rate = m.base_rate
     rows = []
     for config in bench.configs:
         runs = _runs_of(bench, config)
@@ -148,6 +196,7 @@ def summarise(bench: BenchRun, m: Measured) -> list[ConfigSummary]:
                 prepared=config.prepared,
                 request_s=sum(request_times(runs).values()),
                 preparation_core_s=bench.preparation_core_s.get(config.name, 0.0),
+                runtime=config.runtime,
             )
         )
     return rows
@@ -191,20 +240,29 @@ def noise_floor(m: Measured) -> float | None:
     return sum(h > CLEARLY_SLOWER for h in halves) / len(halves) if halves else None
 
 
-def subset_summaries(bench: BenchRun, m: Measured) -> dict[str, dict[str, object]]:
+def subset_summaries(parts: Sequence[RuntimePart]) -> dict[str, dict[str, object]]:
     """Per subset (in the order they first appear): its size and every configuration's
-    figures on its windows (`summarise`, the whole set's baseline); empty without subsets."""
-    subsets = dict.fromkeys(r.subset for r in bench.recordings if r.subset is not None)
+    figures on its windows (`summarise`, the whole set's baseline of its runtime), and the
+    noise floor (the first runtime's; with several, `runtimes` has each one's); empty without
+    subsets."""
+    first = parts[0].bench
+    subsets = dict.fromkeys(r.subset for r in first.recordings if r.subset is not None)
     result: dict[str, dict[str, object]] = {}
     for subset in subsets:
-        part, part_m = _subset(bench, m, subset)
-        baseline_runs = [run for run in _runs_of(part, m.baseline) if run.repeat == 0]
+        narrowed = [_subset(part.bench, part.m, subset) for part in parts]
+        part, part_m = narrowed[0]
+        baseline_runs = [run for run in _runs_of(part, part_m.baseline) if run.repeat == 0]
+        floors = {
+            p.runtime: {"noise_floor_slower_3pct": noise_floor(m)}
+            for p, (_, m) in zip(parts, narrowed, strict=True)
+        }
         result[subset] = {
             "recordings": len(part.recordings),
             "windows": len(part_m.tokens),
             "audio_s": sum(w.end - w.start for run in baseline_runs for w in run.windows),
             "noise_floor_slower_3pct": noise_floor(part_m),
-            "configs": [asdict(r) for r in summarise(part, part_m)],
+            "configs": [asdict(r) for b, m in narrowed for r in summarise(b, m)],
+            **({"runtimes": floors} if len(parts) > 1 else {}),
         }
     return result
 
@@ -222,37 +280,21 @@ def _subset(bench: BenchRun, m: Measured, subset: str) -> tuple[BenchRun, Measur
     return BenchRun(bench.configs, recordings, runs), Measured(tokens, samples, m.baseline)
 
 
-def summary(
-    bench: BenchRun, m: Measured, rows: Sequence[ConfigSummary], info: RunInfo
-) -> dict[str, object]:
-    """summary.json's content: how it was run (`info`) and the figures."""
-    base_rate = pooled_tokens_per_s(m.tokens, m.times[m.baseline.name])
-    live = [c for c in bench.configs if not c.drafts_ready]  # drafted while decoding
-    candidates = [c.name for c in live if c.method == ORACLE_METHOD]
-    oracle: dict[str, object] | None = None
-    frac = None
-    if candidates:
-        best = hindsight_oracle(m.tokens, m.times, [m.baseline.name, *candidates])
-        oracle = {
-            "pooled_tokens_per_s": best.pooled_tokens_per_s,
-            "speedup": best.pooled_tokens_per_s / base_rate if base_rate > 0 else 0.0,
-            "candidates": [m.baseline.name, *candidates],
-            "wins": best.wins,
-        }
-        autos = [r for r in rows if r.name in candidates and r.budget == "auto"]
-        auto = max(autos, key=lambda r: r.pooled_tokens_per_s) if autos else None
-        if auto and best.pooled_tokens_per_s > 0:
-            frac = auto.pooled_tokens_per_s / best.pooled_tokens_per_s
-        if auto and info.repeats > 1:
-            oracle |= _held_out(m, [m.baseline.name, *candidates], auto.name)
-    subsets = subset_summaries(bench, m)
+def summary(bench: BenchRun, parts: Sequence[RuntimePart], info: RunInfo) -> dict[str, object]:
+    """summary.json's content: how it was run (`info`) and the figures of every runtime
+    (`by_runtime`); the top-level baseline, noise floor and oracle are the first runtime's."""
+    first = parts[0]
+    oracle, frac = runtime_oracle(first, info.repeats)
+    subsets = subset_summaries(parts)
     return {
         **{k: v for k, v in asdict(info).items() if v is not None},
         "audio_s": bench.audio_s,
-        "windows": len(m.tokens),
-        "baseline": m.baseline.name,
-        "noise_floor_slower_3pct": noise_floor(m),
-        "configs": [asdict(r) for r in rows],
+        "windows": len(first.m.tokens),
+        "baseline": first.m.baseline.name,
+        "baselines": {part.runtime: part.m.baseline.name for part in parts},
+        "noise_floor_slower_3pct": noise_floor(first.m),
+        "configs": [asdict(r) for part in parts for r in part.rows],
+        **({"runtimes": runtime_figures(parts, info.repeats)} if len(parts) > 1 else {}),
         **({"subsets": subsets} if subsets else {}),
         "oracle": oracle,
         "as2d_auto_frac_of_oracle": frac,
@@ -260,6 +302,53 @@ def summary(
         **({"requests": requests(bench)} if bench.preparation_core_s else {}),
         **({"timestamps": timing} if (timing := timing_costs(bench)) else {}),
     }
+
+
+def runtime_figures(parts: Sequence[RuntimePart], repeats: int) -> dict[str, dict[str, object]]:
+    """Per runtime, side by side: its baseline's pooled tokens/s, the share of windows on
+    which its baseline's tokens are the first runtime's baseline's (another runtime may round
+    to other tokens), its noise floor, its oracle and as2d auto's share of it."""
+    figures: dict[str, dict[str, object]] = {}
+    reference = _token_ids(parts[0].bench, parts[0].m.baseline)
+    for part in parts:
+        mine = _token_ids(part.bench, part.m.baseline)
+        same = sum(reference.get(key) == ids for key, ids in mine.items())
+        oracle, frac = runtime_oracle(part, repeats)
+        figures[part.runtime] = {
+            "pooled_tokens_per_s": part.m.base_rate,
+            "frac_windows_same_tokens": same / len(mine) if mine else 0.0,
+            "noise_floor_slower_3pct": noise_floor(part.m),
+            "oracle": oracle,
+            "as2d_auto_frac_of_oracle": frac,
+        }
+    return figures
+
+
+def runtime_oracle(
+    part: RuntimePart, repeats: int
+) -> tuple[dict[str, object] | None, float | None]:
+    """The hindsight oracle over one runtime's baseline and live as2d configurations (drafted
+    while decoding), and the fastest as2d auto's share of it; (None, None) without as2d."""
+    m = part.m
+    live = [c.name for c in part.bench.configs if c.method == ORACLE_METHOD and not c.drafts_ready]
+    if not live:
+        return None, None
+    candidates = [m.baseline.name, *live]
+    best = hindsight_oracle(m.tokens, m.times, candidates)
+    oracle: dict[str, object] = {
+        "pooled_tokens_per_s": best.pooled_tokens_per_s,
+        "speedup": best.pooled_tokens_per_s / m.base_rate if m.base_rate > 0 else 0.0,
+        "candidates": candidates,
+        "wins": best.wins,
+    }
+    autos = [r for r in part.rows if r.name in live and r.budget == "auto"]
+    auto = max(autos, key=lambda r: r.pooled_tokens_per_s) if autos else None
+    frac = None
+    if auto and best.pooled_tokens_per_s > 0:
+        frac = auto.pooled_tokens_per_s / best.pooled_tokens_per_s
+    if auto and repeats > 1:
+        oracle |= _held_out(m, candidates, auto.name)
+    return oracle, frac
 
 
 def requests(bench: BenchRun) -> dict[str, object]:
@@ -297,6 +386,7 @@ def result_rows(bench: BenchRun) -> list[dict[str, object]]:
             rows.append(
                 {
                     "config": c.name,
+                    "runtime": c.runtime,
                     "method": c.method,
                     "drafter": c.drafter,
                     "budget": c.budget_label,
@@ -368,17 +458,22 @@ def _reference(bench: BenchRun, config: Config, baseline: Config) -> Config:
 
 def _identical(bench: BenchRun, config: Config, reference: Config) -> bool:
     """Every window of every repeat has the reference's tokens (its first repeat)."""
-    expected = {
-        (run.recording.name, w.index): w.token_ids
-        for run in _runs_of(bench, reference)
-        if run.repeat == 0
-        for w in run.windows
-    }
+    expected = _token_ids(bench, reference)
     return all(
         expected.get((run.recording.name, w.index)) == w.token_ids
         for run in _runs_of(bench, config)
         for w in run.windows
     )
+
+
+def _token_ids(bench: BenchRun, config: Config) -> dict[WindowKey, list[int]]:
+    """Each window's tokens in `config`'s first repeat."""
+    return {
+        (run.recording.name, w.index): w.token_ids
+        for run in _runs_of(bench, config)
+        if run.repeat == 0
+        for w in run.windows
+    }
 
 
 def _wer(runs: Sequence[RecordingRun]) -> float | None:
