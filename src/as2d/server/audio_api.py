@@ -124,10 +124,20 @@ class AudioApi:
         return JSONResponse(self.engine.recordings.public(recording))
 
     async def _stream(self, asked: AudioRequest) -> Response:
-        """Queues the job and answers with its events as they come."""
-        self._submit(asked.job)
-        events = _events(asked.job, TranscriptEvents())
-        return StreamingResponse(events, media_type="text/event-stream")
+        """Queues the job and answers with its events as they come; streaming verbose_json,
+        the recording's length is read first (the progress), and a file that is not audio is
+        refused then, as unstreamed."""
+        job = asked.job
+        total_s = None
+        if asked.fmt == "verbose_json":
+            try:
+                total_s = await self.forms.duration(job.path, job.name)
+            except ApiError:
+                job.discard()
+                raise
+        self._submit(job)
+        events = TranscriptEvents(job, asked.fmt, self.engine.options, total_s)
+        return StreamingResponse(_events(job, events), media_type="text/event-stream")
 
     def _submit(self, job: Job) -> None:
         try:

@@ -23,7 +23,7 @@ from as2d.server.decoding import ApiError, Engine, Job, audio_error
 from as2d.server.recordings import Recording
 
 RESPONSE_FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
-STREAM_FORMATS = ("json", "text")  # stream=true sends text deltas: no cues, no segments
+STREAM_FORMATS = ("json", "text", "verbose_json")  # events: text deltas (verbose_json: segments)
 MODEL_ALIASES = ("whisper-1",)  # what OpenAI clients send by default: the server's target
 _CHUNK = 1 << 20
 

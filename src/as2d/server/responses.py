@@ -4,7 +4,10 @@ verbose_json (`render`), and the server-sent events of `stream=true` (`Transcrip
 verbose_json is OpenAI's shape (task, language, duration, text, timed segments, and words
 where `timestamp_granularities[]` asks) with `as2d`, our extension: each window's counts and
 the run's stats. A stream sends OpenAI's `transcript.text.delta` per window with text, then
-`transcript.text.done`.
+`transcript.text.done`; a streamed verbose_json adds ours (OpenAI clients ignore a type they
+do not know): `as2d.transcript.window` per window decided, with its segments and how much of
+the audio is decided, and the done event carries the verbose_json body under `as2d`, the very
+body the unstreamed request answers.
 """
 
 from __future__ import annotations
@@ -16,9 +19,11 @@ from typing import Any
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from as2d.options import Options
-from as2d.server.decoding import ApiError
+from as2d.server.decoding import ApiError, Job
 from as2d.types import RunStats, Segment, WindowResult, Word
-from as2d.writers import FileResult, to_srt, to_vtt
+from as2d.writers import FileResult, to_srt, to_vtt, window_cues
+
+WINDOW_EVENT = "as2d.transcript.window"  # ours: a window's segments and the progress
 
 
 def file_result(
@@ -72,25 +77,61 @@ def _word(w: Word) -> dict[str, Any]:
 
 
 class TranscriptEvents:
-    """The server-sent events of one streamed request, made from its job's events in order."""
+    """The server-sent events of one streamed request, made from its job's events in order.
 
-    def __init__(self) -> None:
+    Example, streamed verbose_json (a window with text, then the end):
+        data: {"type": "transcript.text.delta", "delta": "Hello there."}
+        data: {"type": "as2d.transcript.window", "window": 0, "segments": [...],
+               "done_s": 4.2, "total_s": 10.0}
+        data: {"type": "transcript.text.done", "text": "Hello there.", "as2d":
+               {"verbose_json": {...}}}
+    """
+
+    def __init__(self, job: Job, fmt: str, options: Options, total_s: float | None) -> None:
+        self.job, self.options = job, options
+        self.verbose = fmt == "verbose_json"
+        self.total_s = total_s  # the recording's length (verbose_json: the progress)
+        self.windows: list[WindowResult] = []
         self.texts: list[str] = []
+        self.segments = 0  # segments sent: the next one's id, as verbose_json numbers them
 
     def window(self, w: WindowResult) -> list[str]:
-        """A delta where the window has text."""
-        if not w.text:
-            return []
-        delta = w.text if not self.texts else " " + w.text
-        self.texts.append(w.text)
-        return [_sse({"type": "transcript.text.delta", "delta": delta})]
+        """A delta where the window has text; streaming verbose_json, ours besides."""
+        self.windows.append(w)
+        events: list[str] = []
+        if w.text:
+            delta = w.text if not self.texts else " " + w.text
+            self.texts.append(w.text)
+            events.append(_sse({"type": "transcript.text.delta", "delta": delta}))
+        if self.verbose:
+            events.append(_sse(self._window_event(w)))
+        return events
 
     def done(self, stats: RunStats) -> str:
-        """The whole text."""
-        return _sse({"type": "transcript.text.done", "text": " ".join(self.texts)})
+        """The whole text; streaming verbose_json, the whole body besides."""
+        event: dict[str, Any] = {"type": "transcript.text.done", "text": " ".join(self.texts)}
+        if self.verbose:
+            result = file_result(self.job.name, self.options, self.windows, stats)
+            body = verbose_json(result, self.job.task, self.options.temperature)
+            event["as2d"] = {"verbose_json": body}
+        return _sse(event)
 
     def error(self, err: ApiError) -> str:
         return _sse({"type": "error", "error": err.message})
+
+    def _window_event(self, w: WindowResult) -> dict[str, Any]:
+        """Ours: the window's segments, numbered and shaped as verbose_json's (with their
+        words where they were asked for), and the audio decided so far."""
+        cues = window_cues(w, self.job.timestamps != "none")
+        segments = []
+        for i, cue in enumerate(cues, start=self.segments):
+            segment = _segment(i, cue, self.options.temperature)
+            if self.job.timestamps == "word":
+                segment["words"] = [_word(word) for word in cue.words]
+            segments.append(segment)
+        self.segments += len(cues)
+        return {"type": WINDOW_EVENT, "window": w.index, "segments": segments,
+                "done_s": w.end, "total_s": self.total_s}  # fmt: skip
 
 
 def _sse(obj: dict[str, Any]) -> str:
