@@ -222,6 +222,7 @@ def test_a_file_shows_the_cli_text_and_downloads_its_srt_and_vtt(
     finally:
         browser.close()
     text = _cli(str(FILE_CLIP)).strip()
+    assert seen["progress"] and 0 < seen["progress"][-1] <= 1  # the decoding's, as it came
     assert seen["downloads"]["txt"].strip() == text
     assert shown.split() == text.split()
     assert first and first in text  # the word at the player's time is marked

@@ -22,8 +22,9 @@ from websockets.sync.client import ClientConnection, connect
 
 from as2d.api import Transcriber
 from as2d.audio.load import load_audio
+from as2d.audio.stream import Pcm16Resampler
 from as2d.eval.serve_load import started_server
-from as2d.server.realtime import OPENAI_RATE, Pcm16Resampler, caption_delta
+from as2d.server.realtime_events import OPENAI_RATE, caption_delta
 from as2d.types import SAMPLE_RATE
 
 DATA = Path(__file__).parent / "data" / "asterisk" / "en"
@@ -60,7 +61,7 @@ def _pcm_chunks(audio16k: np.ndarray) -> list[bytes]:
 def _heard(chunks: list[bytes], committed: bool = False) -> np.ndarray:
     """The 16 kHz samples the server makes of `chunks` (its own conversion); `committed`: and
     of the resampler's tail, which a commit flushes."""
-    resampler = Pcm16Resampler()
+    resampler = Pcm16Resampler(OPENAI_RATE)
     blocks = [resampler.feed(c) for c in chunks]
     tail = [resampler.feed(b"", last=True)] if committed else []
     return np.concatenate([*blocks, *tail])

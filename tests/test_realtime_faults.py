@@ -24,7 +24,7 @@ from websockets.sync.client import ClientConnection, connect
 
 from as2d.audio.load import load_audio
 from as2d.eval.serve_load import Server, started_server
-from as2d.server.realtime import MAX_APPEND_BYTES
+from as2d.server.realtime_events import MAX_APPEND_BYTES
 from test_realtime import _append, _metric, _pcm_chunks, _session, _sessions_drop_to, _until
 
 DATA = Path(__file__).parent / "data" / "asterisk" / "en"

@@ -150,6 +150,42 @@ def test_streaming_sends_the_text_as_windows_finish(client, cli_json):
     assert events[-1].text == "".join(deltas) == cli_json[LONG.name]["text"]
 
 
+def _events(body: bytes) -> list[dict]:
+    """The server-sent events of a streamed answer."""
+    lines = body.decode().split("\n")
+    return [json.loads(line.removeprefix("data: ")) for line in lines if line.startswith("data: ")]
+
+
+def test_a_streamed_verbose_json_sends_each_window_s_segments_then_the_whole_body(server):
+    """The page's progress on a file: our event per window decided (its segments, numbered
+    and shaped as verbose_json's, and the audio decided), then the very body the unstreamed
+    request answers."""
+    url = server[0] + "/v1/audio/transcriptions"
+    fields = {"model": "whisper-1", "response_format": "verbose_json",
+              "timestamp_granularities[]": "word"}  # fmt: skip
+    status, headers, body = _post(url, {**fields, "stream": "true"}, LONG.read_bytes(), LONG.name)
+    assert status == 200 and headers["content-type"].startswith("text/event-stream")
+    events = _events(body)
+    assert [e["type"] for e in events][-1] == "transcript.text.done"
+    windows = [e for e in events if e["type"] == "as2d.transcript.window"]
+    streamed = events[-1]["as2d"]["verbose_json"]
+    status, _, body = _post(url, fields, LONG.read_bytes(), LONG.name)
+    assert status == 200
+    expected = json.loads(body)
+    assert streamed["text"] == events[-1]["text"] == expected["text"]
+    assert streamed["segments"] == expected["segments"] and streamed["words"] == expected["words"]
+    assert [w["token_ids"] for w in streamed["as2d"]["windows"]] == [
+        w["token_ids"] for w in expected["as2d"]["windows"]
+    ]
+    assert len(windows) == len(expected["as2d"]["windows"]) > 1  # every window, text or not
+    segments = [s for w in windows for s in w["segments"]]
+    assert [{k: v for k, v in s.items() if k != "words"} for s in segments] == expected["segments"]
+    assert [word for s in segments for word in s["words"]] == expected["words"]
+    done = [w["done_s"] for w in windows]
+    assert done == sorted(done) and done[-1] <= windows[-1]["total_s"]
+    assert windows[0]["total_s"] == pytest.approx(expected["duration"], abs=0.05)
+
+
 def test_translations_answer_with_the_translate_task(server, tmp_path):
     status, _, body = _post(
         server[0] + "/v1/audio/translations",
@@ -178,13 +214,19 @@ def test_translations_answer_with_the_translate_task(server, tmp_path):
             {"model": "whisper-1", "stream": "true", "response_format": "srt"},
             CLIP.read_bytes(),
             400,
-            "response_format must be one of ('json', 'text'), not srt",
+            "response_format must be one of ('json', 'text', 'verbose_json'), not srt",
         ),
         (
-            {"model": "whisper-1", "stream": "true", "response_format": "verbose_json"},
+            {"model": "whisper-1", "stream": "true", "response_format": "vtt"},
             CLIP.read_bytes(),
             400,
             "stream=true sends the text as events",
+        ),
+        (
+            {"model": "whisper-1", "stream": "true", "response_format": "verbose_json"},
+            b"not audio at all" * 64,
+            400,
+            "not an audio file",
         ),
         ({"model": "whisper-1", "response_format": "xml"}, CLIP.read_bytes(), 400, "json"),
         ({"model": "whisper-1", "temperature": "0.7"}, CLIP.read_bytes(), 400, "temperature"),

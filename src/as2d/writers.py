@@ -39,9 +39,16 @@ class FileResult:
 
     def cues(self) -> list[Segment]:
         """Subtitle cues: the segments where the run timed words, else one per window."""
-        if any(w.segments for w in self.windows):
-            return self.segments
-        return [Segment(w.start, w.end, w.text) for w in self.windows if w.text]
+        timed = any(w.segments for w in self.windows)
+        return [c for w in self.windows for c in window_cues(w, timed)]
+
+
+def window_cues(window: WindowResult, timed: bool) -> list[Segment]:
+    """One window's subtitle cues: its segments in a `timed` run, else one for its text (a
+    server streaming a file sends them window by window)."""
+    if timed:
+        return window.segments
+    return [Segment(window.start, window.end, window.text)] if window.text else []
 
 
 def to_json(result: FileResult) -> str:

@@ -306,11 +306,14 @@ def _float_frames(
     yield from to_float.resample(None)  # flush what the converter still holds
 
 
+def resample_stream(rate: int) -> soxr.ResampleStream | None:
+    """soxr's streaming resampler from mono float32 at `rate` to 16 kHz; None at 16 kHz."""
+    return None if rate == SAMPLE_RATE else soxr.ResampleStream(rate, SAMPLE_RATE, 1, "float32")
+
+
 def resampled(chunks: Iterable[np.ndarray], rate: int, block_len: int) -> Iterator[np.ndarray]:
     """Gather mono chunks at `rate` into blocks of ~`block_len` and resample them to 16 kHz."""
-    stream = (
-        None if rate == SAMPLE_RATE else soxr.ResampleStream(rate, SAMPLE_RATE, 1, dtype="float32")
-    )
+    stream = resample_stream(rate)
     pending: list[np.ndarray] = []
     pending_len = 0
     for chunk in chunks:

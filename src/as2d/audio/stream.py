@@ -11,6 +11,9 @@ that `SpeechWindower` closes a window a moment after its pause, and only those b
 - `container_blocks`: what FFmpeg can read from a pipe (wav, flac, ogg, mp3), through PyAV;
 - `microphone_blocks`: an input device through `sounddevice` (the `mic` extra), which
   PortAudio already delivers at 16 kHz mono float32.
+
+A source that pushes rather than being read, such as a Realtime socket's PCM16 appends, feeds
+a `Pcm16Resampler` as its chunks come.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from typing import Any, BinaryIO, Protocol
 
 import numpy as np
 
-from as2d.audio.load import AudioError, decode_av, open_av, resampled
+from as2d.audio.load import AudioError, decode_av, open_av, resample_stream, resampled
 from as2d.types import SAMPLE_RATE
 
 LIVE_BLOCK_S = 0.5  # a window's end is heard at most this long after its audio
@@ -96,6 +99,25 @@ def _pcm_chunks(
 
 def _warn(message: str) -> None:
     warnings.warn(message, stacklevel=2)
+
+
+class Pcm16Resampler:
+    """PCM16 little-endian mono bytes at `rate` → 16 kHz float32, streamed (soxr).
+
+    Deterministic: the same chunks give the same samples (a test gives its reference the
+    server's very samples this way).
+    """
+
+    def __init__(self, rate: int) -> None:
+        self.rate = rate
+        self._stream = resample_stream(rate)
+
+    def feed(self, data: bytes, last: bool = False) -> np.ndarray:
+        """The 16 kHz samples of `data` (an even byte count); `last` flushes the filter."""
+        samples = np.frombuffer(data, dtype="<i2").astype(np.float32) / 32768.0
+        if self._stream is None:
+            return samples
+        return self._stream.resample_chunk(samples, last=last)
 
 
 def container_blocks(

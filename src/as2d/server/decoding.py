@@ -40,6 +40,12 @@ class ApiError(Exception):
         return JSONResponse({"error": error}, self.status, headers=headers)
 
 
+def audio_error(err: Exception, path: Path, name: str) -> ApiError:
+    """400 for a file that is not audio, in the reader's words naming the upload `name` (not
+    the server's temporary `path`)."""
+    return ApiError(400, str(err).replace(str(path), name), "file")
+
+
 @dataclass
 class Job:
     """One recording to decode; its events go back to the request's event loop."""
@@ -205,7 +211,6 @@ class Engine:
             self.metrics.speed.set(run.stats.tokens_per_s)
             job.send("done", run.stats)
         except AudioError as err:
-            message = str(err).replace(str(job.path), job.name)  # not our temporary file's
-            job.send("error", ApiError(400, message, "file"))
+            job.send("error", audio_error(err, job.path, job.name))
         except Exception as err:  # one request fails, the server goes on
             job.send("error", ApiError(500, f"decoding failed: {type(err).__name__}: {err}"))

@@ -2,7 +2,8 @@
 over a WebSocket, so that a realtime client transcribes live speech with the server's target.
 
 A socket is one live stream: PCM16 appends are resampled to 16 kHz (`Pcm16Resampler`) and
-pushed to a `LiveSession`, whose events go back as OpenAI's:
+pushed to a `LiveSession`, whose events go back as OpenAI's (`realtime_events.py` reads the
+client's events and writes the server's):
 
     input_audio_buffer.speech_started   LiveEvent speech_started
     ...input_audio_transcription.delta  LiveEvent delta, where it extends the text sent
@@ -31,98 +32,47 @@ session holds at most `MAX_SESSION_S` of audio, an append at most `MAX_APPEND_BY
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
-import json
 import threading
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import numpy as np
-import soxr
 from prometheus_client import Gauge
 from starlette.routing import WebSocketRoute
 from starlette.types import Message
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from as2d.live import DEFAULT_ENDPOINT_MS, LiveEvent, LiveSession
+from as2d.audio.stream import Pcm16Resampler
+from as2d.live import LiveEvent, LiveSession
 from as2d.models.targets import check_language, target_languages
 from as2d.options import Options
 from as2d.server.access import chosen_subprotocol, offers_beta
 from as2d.server.decoding import Engine
+from as2d.server.realtime_events import (
+    Items,
+    RealtimeError,
+    Settings,
+    error_event,
+    parse_event,
+    pcm_bytes,
+    quoted,
+    session_object,
+    updated_settings,
+)
 from as2d.server.sockets import CLOSE_STOPPING, STOP_GRACE_S
-from as2d.types import SAMPLE_RATE
 
 if TYPE_CHECKING:
     from as2d.target import Backend
 
-OPENAI_RATE = 24_000  # OpenAI's pcm16: 24 kHz mono, little-endian
-RATES = (OPENAI_RATE, SAMPLE_RATE)  # audio/pcm rates taken (16 kHz: as2d's, not resampled)
-MAX_APPEND_BYTES = 1 << 20  # PCM per append: 21.8 s at 24 kHz (OpenAI allows 15 MiB base64)
 MAX_SESSION_S = 3600.0  # audio per socket; then the session ends
 POLL_S = 0.05  # while no message comes, events ready in the session are asked for this often
 INBOX = 32  # messages read ahead of the session; then the socket waits (backpressure)
 CLOSE_TRY_LATER = 1013  # WebSocket close code: the server is at its limit
 CLOSE_POLICY = 1008  # WebSocket close code: a request the server will not serve
-PROVISIONAL = "as2d.input_audio_transcription.provisional"  # ours: the whole caption so far
 STOP_S = STOP_GRACE_S - 1  # a server that stops waits this long for an open utterance's text
-ECHO_CHARS = 64  # of a client's value quoted back in an error (an unknown type may be huge)
 
 T = TypeVar("T")
-
-
-class RealtimeError(Exception):
-    """A client event the session cannot honour: an `error` event; `fatal` closes the socket."""
-
-    def __init__(self, code: str, message: str, fatal: bool = False) -> None:
-        super().__init__(message)
-        self.code, self.message, self.fatal = code, message, fatal
-
-
-@dataclass(frozen=True)
-class Settings:
-    """What `session.update` sets (OpenAI's names in comments)."""
-
-    rate: int = OPENAI_RATE  # input_audio_format "pcm16" / audio.input.format.rate
-    model: str = "whisper-1"  # input_audio_transcription.model
-    language: str | None = None  # input_audio_transcription.language (None: the server's)
-    endpoint_ms: int = DEFAULT_ENDPOINT_MS  # turn_detection.silence_duration_ms
-
-
-class Pcm16Resampler:
-    """PCM16 little-endian mono bytes at `rate` → 16 kHz float32, streamed (soxr).
-
-    Deterministic: the same chunks give the same samples (a test gives its reference the
-    server's very samples this way).
-    """
-
-    def __init__(self, rate: int = OPENAI_RATE) -> None:
-        self.rate = rate
-        self._stream = (
-            None if rate == SAMPLE_RATE else soxr.ResampleStream(rate, SAMPLE_RATE, 1, "float32")
-        )
-
-    def feed(self, data: bytes, last: bool = False) -> np.ndarray:
-        """The 16 kHz samples of `data` (an even byte count); `last` flushes the filter."""
-        samples = np.frombuffer(data, dtype="<i2").astype(np.float32) / 32768.0
-        if self._stream is None:
-            return samples
-        return self._stream.resample_chunk(samples, last=last)
-
-
-def caption_delta(sent: str, text: str) -> str | None:
-    """What to send as OpenAI's delta (an increment) for our provisional `text` (the whole
-    utterance so far, which may be revised): its new part where it extends what was `sent`,
-    else None (a revision is not sent: the `completed` transcript replaces it).
-
-    Example: caption_delta("Hello", "Hello world") == " world";
-    caption_delta("Hello word", "Hello world") is None.
-    """
-    if len(text) > len(sent) and text.startswith(sent):
-        return text[len(sent) :]
-    return None
 
 
 class RealtimeApi:
@@ -232,15 +182,8 @@ def _locked(lock: threading.Lock, backend: Backend, threads: int, work: Callable
 
 
 async def _refuse(ws: WebSocket, code: str, message: str, close: int = CLOSE_POLICY) -> None:
-    await ws.send_json(_error(RealtimeError(code, message)))
+    await ws.send_json(error_event(RealtimeError(code, message)))
     await ws.close(close)
-
-
-def _error(err: RealtimeError, event_id: str | None = None) -> dict[str, Any]:
-    error = {"type": "invalid_request_error", "code": err.code, "message": err.message}
-    if err.code == "session_limit":
-        error["type"] = "server_error"
-    return {"type": "error", "error": {**error, "param": None, "event_id": event_id}}
 
 
 class RealtimeSession:
@@ -252,11 +195,7 @@ class RealtimeSession:
         self.settings = Settings()
         self.resampler = Pcm16Resampler(self.settings.rate)
         self.live: LiveSession | None = None
-        self.heard_s = 0.0  # audio of the live sessions before this one
-        self.base = 1  # item number of the live session's item 0
-        self.last_item = 0  # the highest item number said
-        self.previous: str | None = None  # the last committed item's id
-        self.sent = ""  # the current item's text sent as deltas
+        self.items = Items()  # numbers the live streams' events, as OpenAI's
 
     async def run(self) -> None:
         self.live = await self.api.call(lambda: self.api.live(self.settings))
@@ -288,7 +227,7 @@ class RealtimeSession:
         """One client message; False once the socket is closed."""
         event_id = None
         try:
-            event = _parse(message)
+            event = parse_event(message)
             event_id = event.get("event_id") if isinstance(event.get("event_id"), str) else None
             await self._dispatch(event)
         except (WebSocketDisconnect, OSError):
@@ -296,7 +235,7 @@ class RealtimeSession:
         except Exception as err:  # decoding failed: said, and the socket closed
             if not isinstance(err, RealtimeError):
                 err = RealtimeError("server_error", f"{type(err).__name__}: {err}", fatal=True)
-            await self._send(_error(err, event_id))
+            await self._send(error_event(err, event_id))
             if err.fatal:
                 await self.ws.close(CLOSE_POLICY)
                 return False
@@ -314,13 +253,13 @@ class RealtimeSession:
         elif kind in ("session.update", "transcription_session.update"):
             await self._update(event.get("session"), kind.replace(".update", ".updated"))
         else:
-            raise RealtimeError("unknown_event", f"unknown event type {_cut(kind)}")
+            raise RealtimeError("unknown_event", f"unknown event type {quoted(kind)}")
 
     async def _append(self, audio: object) -> None:
-        data = _pcm(audio)
+        data = pcm_bytes(audio)
         live = self.live
         assert live is not None
-        if self.heard_s + live.windower.received_s + len(data) / 2 / self.settings.rate > (
+        if self.items.heard_s + live.windower.received_s + len(data) / 2 / self.settings.rate > (
             MAX_SESSION_S
         ):
             raise RealtimeError(
@@ -335,7 +274,7 @@ class RealtimeSession:
         assert live is not None
         events = await asyncio.to_thread(lambda: [*live.push(tail), *live.finish()])
         await self._say(events)
-        said = self.last_item >= self.base  # an item of this stream: server VAD's, or now
+        said = self.items.said  # an item of this stream: server VAD's, or now
         await self._restart()
         if not said:  # nothing new after server VAD's last item is not an error
             raise RealtimeError("input_audio_buffer_commit_empty", "the buffer holds no speech")
@@ -351,15 +290,14 @@ class RealtimeSession:
             await self._say(await asyncio.wait_for(work, STOP_S))
         except TimeoutError:
             message = "the server stopped before the open utterance's transcript was ready"
-            await self._send(_error(RealtimeError("server_stopping", message)))
+            await self._send(error_event(RealtimeError("server_stopping", message)))
         await self.ws.close(CLOSE_STOPPING)
 
     async def _restart(self) -> None:
         """A new live stream, where the current one's audio ends (commit, clear, update)."""
         assert self.live is not None
         await asyncio.to_thread(self.live.close)  # its work done: nothing left running
-        self.heard_s += self.live.windower.received_s
-        self.base, self.sent = self.last_item + 1, ""
+        self.items.next_stream(self.live.windower.received_s)
         self.resampler = Pcm16Resampler(self.settings.rate)
         self.live = await self.api.call(lambda: self.api.live(self.settings))
 
@@ -373,7 +311,7 @@ class RealtimeSession:
         if not isinstance(session, dict):
             raise RealtimeError("invalid_session", "session must be an object")
         try:
-            settings = _settings(session, self.settings)
+            settings = updated_settings(session, self.settings)
         except (AttributeError, TypeError, ValueError):  # a field of the wrong JSON type
             raise RealtimeError("invalid_session", "a session field has the wrong type") from None
         self.api.check(settings)
@@ -390,56 +328,11 @@ class RealtimeSession:
 
     async def _say(self, events: list[LiveEvent]) -> None:
         for event in events:
-            for message in self._messages(event):
+            for message in self.items.messages(event):
                 await self._send(message)
 
-    def _messages(self, event: LiveEvent) -> list[dict[str, Any]]:
-        """OpenAI's events for one of the live session's."""
-        number = self.base + event.item
-        self.last_item = max(self.last_item, number)
-        item = f"item_{number:04d}"
-        if event.kind == "speech_started":
-            ms = round((self.heard_s + event.start_s) * 1000)
-            return [{"type": "input_audio_buffer.speech_started", "audio_start_ms": ms,
-                     "item_id": item}]  # fmt: skip
-        if event.kind == "delta":
-            return self._deltas(item, event.text)
-        if event.kind == "speech_stopped":
-            ms = round((self.heard_s + event.end_s) * 1000)
-            previous, self.previous, self.sent = self.previous, item, ""
-            return [
-                {"type": "input_audio_buffer.speech_stopped", "audio_end_ms": ms,
-                 "item_id": item},
-                {"type": "input_audio_buffer.committed", "item_id": item,
-                 "previous_item_id": previous},
-            ]  # fmt: skip
-        return [{"type": "conversation.item.input_audio_transcription.completed",
-                 "item_id": item, "content_index": 0, "transcript": event.text}]  # fmt: skip
-
-    def _deltas(self, item: str, text: str) -> list[dict[str, Any]]:
-        """OpenAI's delta where the caption grows, and ours with the whole caption, which
-        may revise it (OpenAI clients ignore an event type they do not know)."""
-        provisional = {"type": PROVISIONAL, "item_id": item, "content_index": 0, "text": text}
-        delta = caption_delta(self.sent, text)
-        if delta is None:
-            return [provisional]
-        self.sent = text
-        return [{"type": "conversation.item.input_audio_transcription.delta",
-                 "item_id": item, "content_index": 0, "delta": delta}, provisional]  # fmt: skip
-
     def _session(self) -> dict[str, Any]:
-        """The session as OpenAI describes it: the beta's fields, or the GA's nested ones."""
-        s = self.settings
-        transcription = {"model": s.model, "language": s.language, "prompt": ""}
-        turns = {"type": "server_vad", "silence_duration_ms": s.endpoint_ms}
-        if self.beta:
-            return {"id": self.id, "object": "realtime.transcription_session",
-                    "input_audio_format": "pcm16", "input_audio_transcription": transcription,
-                    "turn_detection": turns}  # fmt: skip
-        audio_format = {"type": "audio/pcm", "rate": s.rate}
-        return {"id": self.id, "object": "realtime.transcription_session",
-                "type": "transcription", "audio": {"input": {"format": audio_format,
-                "transcription": transcription, "turn_detection": turns}}}  # fmt: skip
+        return session_object(self.id, self.settings, self.beta)
 
     async def _send(self, message: dict[str, Any]) -> None:
         await self.ws.send_json({"event_id": f"event_{uuid.uuid4().hex[:20]}", **message})
@@ -452,78 +345,3 @@ async def _read(ws: WebSocket, inbox: asyncio.Queue[Message]) -> None:
         await inbox.put(message)
         if message["type"] == "websocket.disconnect":
             return
-
-
-def _parse(message: Message) -> dict[str, Any]:
-    if message.get("text") is None:
-        raise RealtimeError("binary_not_supported", "events are JSON text frames")
-    try:
-        event = json.loads(message["text"])
-    except ValueError:
-        raise RealtimeError("invalid_json", "the message is not JSON") from None
-    except RecursionError:
-        raise RealtimeError("invalid_json", "the message nests too deeply") from None
-    if not isinstance(event, dict):
-        raise RealtimeError("invalid_json", "an event is a JSON object")
-    return event
-
-
-def _pcm(audio: object) -> bytes:
-    """An append's PCM16 bytes, checked."""
-    if not isinstance(audio, str):
-        raise RealtimeError("invalid_audio", "audio must be base64 text")
-    too_large = RealtimeError(
-        "audio_too_large", f"an append holds {MAX_APPEND_BYTES} bytes at most"
-    )
-    if len(audio) > -(-MAX_APPEND_BYTES // 3) * 4:  # base64: 4 characters per 3 bytes
-        raise too_large
-    try:
-        data = base64.b64decode(audio, validate=True)
-    except (binascii.Error, ValueError):
-        raise RealtimeError("invalid_base64", "audio is not base64") from None
-    if len(data) > MAX_APPEND_BYTES:
-        raise too_large
-    if len(data) % 2:
-        raise RealtimeError("invalid_audio", "pcm16 audio holds an even number of bytes")
-    return data
-
-
-def _settings(session: dict[str, Any], current: Settings) -> Settings:
-    """`current` with what a `session.update` (beta or GA fields) sets."""
-    audio_input = (session.get("audio") or {}).get("input") or {}
-    rate = current.rate
-    if "input_audio_format" in session and session["input_audio_format"] != "pcm16":
-        raise RealtimeError("invalid_audio_format", "input_audio_format must be pcm16")
-    if fmt := audio_input.get("format"):
-        if fmt.get("type") != "audio/pcm" or fmt.get("rate", OPENAI_RATE) not in RATES:
-            raise RealtimeError("invalid_audio_format", f"format must be audio/pcm at {RATES}")
-        rate = int(fmt.get("rate", OPENAI_RATE))
-    transcription = session.get("input_audio_transcription") or audio_input.get("transcription")
-    transcription = transcription or {}
-    if transcription.get("prompt"):
-        raise RealtimeError("unsupported_prompt", "a transcription prompt is not supported live")
-    detection = session.get("turn_detection", audio_input.get("turn_detection", {}))
-    if detection is None or detection.get("type", "server_vad") != "server_vad":
-        raise RealtimeError("unsupported_turn_detection", "turn_detection must be server_vad")
-    endpoint = detection.get("silence_duration_ms", current.endpoint_ms)
-    if not isinstance(endpoint, int) or not 100 <= endpoint <= 10_000:
-        raise RealtimeError("invalid_turn_detection", "silence_duration_ms must be 100-10000")
-    return Settings(
-        rate=rate,
-        model=str(transcription.get("model", current.model)),
-        language=_language(transcription.get("language", current.language)),
-        endpoint_ms=endpoint,
-    )
-
-
-def _language(language: object) -> str | None:
-    """A session's language code, in lower case as the target knows it ("EN": "en")."""
-    if language is not None and not isinstance(language, str):
-        raise RealtimeError("invalid_session", "language must be a language code such as en")
-    return language.lower() if language else None
-
-
-def _cut(value: object) -> str:
-    """A client's `value` as an error quotes it: its repr, cut to `ECHO_CHARS`."""
-    text = repr(value)
-    return text if len(text) <= ECHO_CHARS else f"{text[:ECHO_CHARS]}... ({len(text)} chars)"

@@ -5,6 +5,9 @@
 // as2d.input_audio_transcription.provisional carries the whole caption, so it can be revised;
 // OpenAI's deltas only append) and is replaced in place by the target's final text on
 // `completed`, with the delay from the server's speech_stopped to that final.
+// Files: the upload's progress, then the decoding's: the answer is streamed (our event
+// as2d.transcript.window carries each decided window's segments and how much of the audio is
+// decided), and the done event's verbose_json is shown as the unstreamed answer would be.
 // `?server=URL` talks to an as2d server elsewhere (it must list this page's origin with
 // --allow-origin). What the page saw is kept in `window.as2dPage` for tests and for curiosity.
 "use strict";
@@ -20,6 +23,8 @@ const EVENT = {
   delta: "conversation.item.input_audio_transcription.delta",
   provisional: "as2d.input_audio_transcription.provisional",
   completed: "conversation.item.input_audio_transcription.completed",
+  fileWindow: "as2d.transcript.window",
+  fileDone: "transcript.text.done",
 };
 
 const $ = (id) => document.getElementById(id);
@@ -29,8 +34,9 @@ const page = {
   info: null, // GET /v1/server
   live: null, // the running live session
   // what was shown, for tests: finals ({item, text, delay}) in order, every provisional text
-  // per item, the error lines, the file's text and downloads, the seconds of audio sent, the
-  // count of each server event and each item's events in order
+  // per item, the error lines, the file's text, downloads and decoding progress (the share
+  // decided at each window), the seconds of audio sent, the count of each server event and
+  // each item's events in order
   seen: { finals: [], provisional: {}, errors: [], file: null, sentS: 0, events: {}, items: {} },
 };
 window.as2dPage = page.seen;
@@ -364,16 +370,19 @@ function transcribeFile(file) {
   form.append("response_format", "verbose_json");
   form.append("timestamp_granularities[]", "segment");
   form.append("timestamp_granularities[]", "word");
+  form.append("stream", "true");
   if ($("language").value) form.append("language", $("language").value);
   upload(file, form);
 }
 
-/** XMLHttpRequest, not fetch: it reports the upload's progress. */
+/** XMLHttpRequest, not fetch: it reports the upload's progress, and the answer's server-sent
+ * events as they come. */
 function upload(file, form) {
   const request = new XMLHttpRequest();
   const bar = $("file-progress");
-  const started = performance.now();
-  let timer = null;
+  // what the answer said so far: its text read up to `read`, the audio decided of the total
+  const run = { file, started: performance.now(), timer: null, read: 0, doneS: 0, totalS: 0,
+                body: null, error: null, progress: [] };
   bar.hidden = false;
   bar.value = 0;
   request.open("POST", `${page.server}/v1/audio/transcriptions`);
@@ -383,12 +392,15 @@ function upload(file, form) {
     fileStatus(`Uploading ${file.name}: ${Math.round((100 * e.loaded) / (e.total || 1))} %`);
   };
   request.upload.onload = () => {
-    bar.removeAttribute("value"); // indeterminate: the server decodes
-    timer = setInterval(() => fileStatus(decodingLine(file, started)), 250);
+    bar.removeAttribute("value"); // indeterminate until the first window is decided
+    run.timer = setInterval(() => fileStatus(decodingLine(run)), 250);
   };
-  request.onload = () => finishUpload(file, request, timer, started);
+  request.onprogress = () => {
+    if (request.status === 200) readEvents(run, request.responseText);
+  };
+  request.onload = () => finishUpload(run, request);
   request.onerror = () => {
-    clearInterval(timer);
+    clearInterval(run.timer);
     bar.hidden = true;
     fileStatus("");
     showError(`The upload of ${file.name} failed: the server could not be reached.`);
@@ -396,38 +408,84 @@ function upload(file, form) {
   request.send(form);
 }
 
-function decodingLine(file, started) {
-  const seconds = ((performance.now() - started) / 1000).toFixed(0);
+/** The whole server-sent events in `text` after those read. */
+function readEvents(run, text) {
+  let end;
+  while ((end = text.indexOf("\n\n", run.read)) !== -1) {
+    const lines = text.slice(run.read, end).split("\n");
+    run.read = end + 2;
+    for (const line of lines) {
+      if (line.startsWith("data: ")) onFileEvent(run, JSON.parse(line.slice(6)));
+    }
+  }
+}
+
+function onFileEvent(run, event) {
+  if (event.type === EVENT.fileWindow) {
+    run.doneS = event.done_s;
+    run.totalS = event.total_s;
+    const share = Math.min(1, event.done_s / (event.total_s || event.done_s || 1));
+    $("file-progress").value = share;
+    run.progress.push(share);
+    fileStatus(decodingLine(run));
+    showSegments(event.segments);
+  } else if (event.type === EVENT.fileDone) {
+    run.body = event.as2d.verbose_json;
+  } else if (event.type === "error") {
+    run.error = event.error;
+  }
+}
+
+function decodingLine(run) {
+  const seconds = ((performance.now() - run.started) / 1000).toFixed(0);
+  if (run.totalS) {
+    const percent = Math.round((100 * Math.min(run.doneS, run.totalS)) / run.totalS);
+    return `Decoding ${run.file.name}: ${percent} % of ${run.totalS.toFixed(1)} s of audio… ${seconds} s`;
+  }
   const length = $("player").duration;
   const audio = Number.isFinite(length) ? ` (${length.toFixed(1)} s of audio)` : "";
-  return `Decoding ${file.name}${audio}… ${seconds} s`;
+  return `Decoding ${run.file.name}${audio}… ${seconds} s`;
 }
 
 function fileStatus(text) {
   $("file-status").textContent = text;
 }
 
-function finishUpload(file, request, timer, started) {
-  clearInterval(timer);
+/** A line about the file: the server's words, which may name it already. */
+function fileLine(file, message) {
+  return message.startsWith(file.name) ? message : `${file.name}: ${message}`;
+}
+
+function finishUpload(run, request) {
+  const file = run.file;
+  clearInterval(run.timer);
   $("file-progress").hidden = true;
-  let body = null;
-  try {
-    body = JSON.parse(request.responseText);
-  } catch (_) {
-    /* said below */
-  }
   if (request.status !== 200) {
+    let body = null;
+    try {
+      body = JSON.parse(request.responseText);
+    } catch (_) {
+      /* said below */
+    }
     fileStatus("");
     const message = body && body.error ? body.error.message : `${request.status} ${request.statusText}`;
     if (request.status === 401) askForKey(`The server refused the key: ${message}`);
-    else showError(message.startsWith(file.name) ? message : `${file.name}: ${message}`);
+    else showError(fileLine(file, message));
     return;
   }
-  const seconds = ((performance.now() - started) / 1000).toFixed(1);
+  readEvents(run, request.responseText); // the last events, where no progress event read them
+  const body = run.body;
+  if (!body) {
+    fileStatus("");
+    showError(fileLine(file, run.error || "the answer ended before the transcript"));
+    return;
+  }
+  const seconds = ((performance.now() - run.started) / 1000).toFixed(1);
   fileStatus(`${file.name}: ${body.duration.toFixed(1)} s of audio in ${seconds} s (${body.as2d.method})`);
+  $("transcript").replaceChildren(); // the segments streamed, now as the whole answer has them
   showTranscript(body);
   offerDownloads(file.name, body);
-  page.seen.file = { text: body.text, downloads: downloads(body) };
+  page.seen.file = { text: body.text, downloads: downloads(body), progress: run.progress };
 }
 
 // ---------------------------------------------------------------- the transcript
@@ -441,23 +499,32 @@ function cues(body) {
 }
 
 function showTranscript(body) {
-  const box = $("transcript");
-  for (const cue of cues(body)) {
-    const row = document.createElement("p");
-    row.className = "segment";
-    const time = document.createElement("span");
-    time.className = "time";
-    time.textContent = `${clock(cue.start)} – ${clock(cue.end)}`;
-    time.onclick = () => seek(cue.start);
-    const text = document.createElement("span");
-    if (cue.words.length) {
-      for (const w of cue.words) text.append(wordSpan(w));
-    } else {
-      text.textContent = cue.text;
-    }
-    row.append(time, text);
-    box.append(row);
+  for (const cue of cues(body)) showCue(cue);
+}
+
+/** Segments of a window as it is decided (verbose_json's: words without their spaces). */
+function showSegments(segments) {
+  for (const s of segments) {
+    const words = (s.words || []).map((w, i) => ({ ...w, word: i ? ` ${w.word}` : w.word }));
+    showCue({ start: s.start, end: s.end, text: s.text, words });
   }
+}
+
+function showCue(cue) {
+  const row = document.createElement("p");
+  row.className = "segment";
+  const time = document.createElement("span");
+  time.className = "time";
+  time.textContent = `${clock(cue.start)} – ${clock(cue.end)}`;
+  time.onclick = () => seek(cue.start);
+  const text = document.createElement("span");
+  if (cue.words.length) {
+    for (const w of cue.words) text.append(wordSpan(w));
+  } else {
+    text.textContent = cue.text;
+  }
+  row.append(time, text);
+  $("transcript").append(row);
 }
 
 function wordSpan(w) {
