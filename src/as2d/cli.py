@@ -21,9 +21,12 @@ from types import FrameType
 
 # Only what argument parsing needs is imported here (no torch, no transformers): `--help`
 # answers at once, and each command imports the library modules it uses when it runs.
-from as2d import commands
 from as2d.backends import RUNTIMES
-from as2d.commands import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, EXIT_USAGE, UsageError, fail
+from as2d.commands.common import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, EXIT_USAGE, UsageError, fail
+from as2d.commands.models import list_models
+from as2d.commands.prepare import draft_files, prepare_files
+from as2d.commands.serve import listen, serve
+from as2d.commands.transcribe import transcribe_files
 from as2d.drafting.family import DEFAULT_TAIL_S
 from as2d.eval import commands as eval_commands
 from as2d.eval.catalog import DRAFTERS
@@ -366,7 +369,7 @@ def run_command(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)  # for reports: the exact command
     if args.command == "models":
-        return commands.list_models()
+        return list_models()
     if args.command == "compare":
         return eval_commands.compare_methods(args)
     if args.command == "bench":
@@ -374,16 +377,16 @@ def run_command(argv: Sequence[str] | None) -> int:
     if args.command == "exactness":
         return eval_commands.exactness_dataset(args)
     if args.command == "serve":
-        return commands.serve(args)
+        return serve(args)
     if args.command == "draft":
-        return commands.draft_files(args)
+        return draft_files(args)
     if args.command == "prepare":
-        return commands.prepare_files(args)
+        return prepare_files(args)
     if args.command == "listen":
-        return commands.listen(args)
+        return listen(args)
     if args.command == "ask":
         args.files, args.task = [args.file], "ask"
-    return commands.transcribe_files(args)
+    return transcribe_files(args)
 
 
 class Interrupts:

@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 # Torch and transformers are imported by each command when it runs, not here.
-from as2d.commands import (
+from as2d.commands.common import (
     EXIT_OK,
     EXIT_SOME_FAILED,
     UsageError,
