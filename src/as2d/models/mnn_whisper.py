@@ -21,7 +21,6 @@ target's on real clips (tests/models/test_mnn_whisper.py, scripts/mnn_probe.py).
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -41,6 +40,7 @@ from as2d.models.tokenizer import WhisperTokenizer
 from as2d.models.whisper import detect_language, spoken_language, suppress, whisper_prompt
 from as2d.models.whisper_net import WhisperNet
 from as2d.target import Backend, Request
+from as2d.writers import atomic_dir
 
 # Each graph's input and output names, as `export` writes them and `_Graph` feeds them.
 GRAPHS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -206,22 +206,31 @@ def export(net: WhisperNet, directory: str | Path, weights: str = "float32") -> 
 
 
 def exported(name: str, weights: str = "float32") -> Path:
-    """The directory of a model's MNN graphs: `$AS2D_CACHE/mnn/<name>/<weights>/` (a path's
-    characters other than letters, digits, `.` and `-` made `_`), exported on first use (into
-    a temporary folder renamed into place, so a reader never sees half a model)."""
-    from as2d.models.bundled import cache_root, load_whisper_net
+    """The directory of a model's MNN graphs, `cache_dir(name, weights)`, exported on first
+    use (into a temporary folder renamed into place, so a reader never sees half a model)."""
+    from as2d.models.bundled import load_whisper_net
 
-    directory = cache_root() / "mnn" / re.sub(r"[^\w.-]+", "_", name) / weights
-    if all((directory / f"{graph}.mnn").is_file() for graph in GRAPHS):
+    directory = cache_dir(name, weights)
+    if has_graphs(directory):
         return directory
     directory.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=directory.parent) as scratch:
+    with atomic_dir(directory, replace=True) as scratch:
         net, _ = load_whisper_net(name, torch.float32)
         export(net, scratch, weights)
-        shutil.rmtree(directory, ignore_errors=True)
-        Path(scratch).rename(directory)
-        Path(scratch).mkdir()  # for TemporaryDirectory's cleanup
     return directory
+
+
+def cache_dir(name: str, weights: str = "float32") -> Path:
+    """`$AS2D_CACHE/mnn/<name>/<weights>/`, a path's characters other than letters, digits,
+    `.` and `-` made `_`."""
+    from as2d.models.bundled import cache_root
+
+    return cache_root() / "mnn" / re.sub(r"[^\w.-]+", "_", name) / weights
+
+
+def has_graphs(directory: Path) -> bool:
+    """Whether `directory` holds every graph of `GRAPHS`."""
+    return all((directory / f"{graph}.mnn").is_file() for graph in GRAPHS)
 
 
 def convert(onnx_path: Path, mnn_path: Path, quant_bits: int = 0) -> None:
