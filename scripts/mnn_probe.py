@@ -111,7 +111,7 @@ def main() -> None:
     for threads in args.threads:
         torch.set_num_threads(threads)
         backend = MnnBackend(threads, precision=args.precision)
-        target = MnnWhisperTarget(directory, net, tokenizer, backend)
+        target = MnnWhisperTarget(directory, net.shape, net.suppression, tokenizer, backend)
         encoded = target.encode(audio)
         if threads == args.threads[0]:
             report_exactness(target, encoded, torch_target, torch_encoded, prompt, reference, k)

@@ -108,7 +108,8 @@ def main() -> None:
     print("| precision | clip | pass vs step | step vs torch | pass vs torch |")
     print("|---|---|---|---|---|")
     for precision in args.precision:
-        target = MnnWhisperTarget(directory, net, tokenizer, MnnBackend(1, precision=precision))
+        backend = MnnBackend(1, precision=precision)
+        target = MnnWhisperTarget(directory, net.shape, net.suppression, tokenizer, backend)
         for clip in CLIPS[: args.clips]:
             a, b, c = measure(target, reference, clip, args.k, args.stride)
             print(f"| {precision} | {clip.stem} | {a:.4g} | {b:.4g} | {c:.4g} |", flush=True)

@@ -1,5 +1,5 @@
 """The output formats, and the one atomic write: readers see the old file or the new one,
-never half of one."""
+never half of one (a folder's likewise)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from as2d.types import RunStats, Segment, WindowResult, Word
-from as2d.writers import FileResult, atomic_path, render, write_atomic
+from as2d.writers import FileResult, atomic_dir, atomic_path, render, write_atomic
 
 
 def test_write_atomic_replaces_whole(tmp_path: Path) -> None:
@@ -28,6 +28,33 @@ def test_a_failed_write_keeps_the_old_file(tmp_path: Path) -> None:
         raise RuntimeError("killed mid-write")
     assert path.read_bytes() == b"old"
     assert list(tmp_path.iterdir()) == [path]
+
+
+def test_a_folder_appears_whole_or_not_at_all(tmp_path: Path) -> None:
+    path = tmp_path / "export"
+    with pytest.raises(RuntimeError), atomic_dir(path) as tmp:
+        (tmp / "encoder.mnn").write_bytes(b"graph")
+        raise RuntimeError("interrupted before the decoder")
+    assert list(tmp_path.iterdir()) == []  # no folder, no temporary one
+
+    with atomic_dir(path) as tmp:
+        (tmp / "encoder.mnn").write_bytes(b"graph")
+    assert [p.name for p in path.iterdir()] == ["encoder.mnn"]
+    assert list(tmp_path.iterdir()) == [path]
+
+
+def test_a_folder_replaces_another_only_when_asked(tmp_path: Path) -> None:
+    path = tmp_path / "export"
+    path.mkdir()
+    (path / "old.txt").write_text("old")
+    with pytest.raises(OSError), atomic_dir(path) as tmp:  # not empty: left as it is
+        (tmp / "new.txt").write_text("new")
+    assert [p.name for p in path.iterdir()] == ["old.txt"]
+
+    with atomic_dir(path, replace=True) as tmp:
+        (tmp / "new.txt").write_text("new")
+    assert [p.name for p in path.iterdir()] == ["new.txt"]
+    assert list(tmp_path.iterdir()) == [path]  # the old folder removed, no temporary one
 
 
 def _result(timed: bool) -> FileResult:

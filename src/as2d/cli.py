@@ -21,9 +21,12 @@ from types import FrameType
 
 # Only what argument parsing needs is imported here (no torch, no transformers): `--help`
 # answers at once, and each command imports the library modules it uses when it runs.
-from as2d import commands
 from as2d.backends import RUNTIMES
-from as2d.commands import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, EXIT_USAGE, UsageError, fail
+from as2d.commands.common import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, EXIT_USAGE, UsageError, fail
+from as2d.commands.models import export_model, list_models
+from as2d.commands.prepare import draft_files, prepare_files
+from as2d.commands.serve import listen, serve
+from as2d.commands.transcribe import transcribe_files
 from as2d.drafting.family import DEFAULT_TAIL_S
 from as2d.eval import commands as eval_commands
 from as2d.eval.catalog import DRAFTERS
@@ -60,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--budget", default="auto", type=budget, help="auto, or a fixed k (0-16)")
     compare.add_argument("--language", default=None)
     commands.add_parser("models", help="list the bundled models and whether they are cached")
+    add_export_parser(commands)
     add_bench_parser(commands)
     add_exactness_parser(commands)
     add_serve_parser(commands)
@@ -72,6 +76,18 @@ def build_parser() -> argparse.ArgumentParser:
     draft.add_argument("--store", default=None, help="default: $AS2D_CACHE/drafts")
     add_prepare_parser(commands)
     return parser
+
+
+def add_export_parser(commands: argparse._SubParsersAction) -> None:
+    export = commands.add_parser(
+        "export", help="write a model's graphs, tokenizer and manifest to a folder for a device"
+    )
+    export.add_argument("name", metavar="NAME", help="bundled name, directory or HF id")
+    export.add_argument("directory", type=Path, metavar="DIR", help="the folder to write")
+    export.add_argument(
+        "--runtime", required=True, choices=("mnn",), help="what runs it there: mnn (CPU)"
+    )
+    export.add_argument("--force", action="store_true", help="replace DIR if it holds anything")
 
 
 def add_prepare_parser(commands: argparse._SubParsersAction) -> None:
@@ -374,7 +390,9 @@ def run_command(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)  # for reports: the exact command
     if args.command == "models":
-        return commands.list_models()
+        return list_models()
+    if args.command == "export":
+        return export_model(args)
     if args.command == "compare":
         return eval_commands.compare_methods(args)
     if args.command == "bench":
@@ -382,16 +400,16 @@ def run_command(argv: Sequence[str] | None) -> int:
     if args.command == "exactness":
         return eval_commands.exactness_dataset(args)
     if args.command == "serve":
-        return commands.serve(args)
+        return serve(args)
     if args.command == "draft":
-        return commands.draft_files(args)
+        return draft_files(args)
     if args.command == "prepare":
-        return commands.prepare_files(args)
+        return prepare_files(args)
     if args.command == "listen":
-        return commands.listen(args)
+        return listen(args)
     if args.command == "ask":
         args.files, args.task = [args.file], "ask"
-    return commands.transcribe_files(args)
+    return transcribe_files(args)
 
 
 class Interrupts:

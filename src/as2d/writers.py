@@ -1,11 +1,13 @@
 """Output formats (txt, json, srt, vtt) for one transcribed file, and the one atomic write
-that outputs, reports, the model cache and the cost models all go through."""
+that outputs, reports, the model cache and the cost models all go through (a folder's: the
+MNN graphs' cache and `as2d export`)."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 import os
+import shutil
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -143,3 +145,36 @@ def write_atomic(path: Path, content: str) -> None:
     """Writes `content` (UTF-8) to `path` through `atomic_path`."""
     with atomic_path(path) as tmp:
         tmp.write_text(content, encoding="utf-8")
+
+
+@contextmanager
+def atomic_dir(path: Path, replace: bool = False) -> Iterator[Path]:
+    """Yields a new empty folder beside `path`; moves it onto `path` if the block succeeds.
+
+    Readers find the folder whole or not at all. Without `replace`, `path` must be missing
+    or empty (else OSError, once the block is done); with it, a folder there is moved aside
+    and removed once the new one is in place (between the two moves, no folder is there).
+    The temporary folder is this process's and thread's own, and removed whatever happens.
+
+    Example:
+        with atomic_dir(out / "whisper-base") as tmp:
+            export(net, tmp)
+    """
+    stem = f".{path.name}.{os.getpid()}-{threading.get_ident()}"
+    tmp, old = path.with_name(f"{stem}.tmp"), path.with_name(f"{stem}.old")
+    shutil.rmtree(tmp, ignore_errors=True)  # left by a process of this id that was killed
+    tmp.mkdir()
+    try:
+        yield tmp
+        if replace and path.is_dir():
+            os.replace(path, old)
+            try:
+                os.replace(tmp, path)
+            except OSError:
+                os.replace(old, path)  # the old folder back where it was
+                raise
+        else:
+            os.replace(tmp, path)  # onto nothing, or an empty folder
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)

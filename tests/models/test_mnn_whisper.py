@@ -30,7 +30,7 @@ def mnn_target(tmp_path_factory: pytest.TempPathFactory) -> MnnWhisperTarget:
     net, tokenizer = load_whisper_net(MODEL, torch.float32)
     directory = tmp_path_factory.mktemp("mnn")
     export(net, directory)
-    return MnnWhisperTarget(directory, net, tokenizer)
+    return MnnWhisperTarget(directory, net.shape, net.suppression, tokenizer)
 
 
 @pytest.fixture(scope="module")

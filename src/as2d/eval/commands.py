@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 # Torch and transformers are imported by each command when it runs, not here.
 from as2d.backends import RUNTIMES
-from as2d.commands import (
+from as2d.commands.common import (
     EXIT_OK,
     EXIT_SOME_FAILED,
     UsageError,

@@ -288,11 +288,11 @@ def load_whisper(
     Raises:
         ModelNotFoundError: the name is none of the above.
     """
-    model, tokenizer = _from_pretrained(_weights_dir(name_or_path), dtype)
+    model, tokenizer = _from_pretrained(weights_dir(name_or_path), dtype)
     return model.eval(), tokenizer
 
 
-def _weights_dir(name_or_path: str) -> Path:
+def weights_dir(name_or_path: str) -> Path:
     """The Hugging Face directory to load: a bundled model's conversion, else its own."""
     if name_or_path in BUNDLED:
         return converted_dir(name_or_path)
@@ -308,7 +308,7 @@ def load_whisper_net(
 
     from as2d.models.whisper_net import WhisperNet, is_whisper_dir
 
-    directory = _weights_dir(name_or_path)
+    directory = weights_dir(name_or_path)
     if is_whisper_dir(directory):
         net = WhisperNet.from_dir(directory, dtype or torch.float32)
         return net, WhisperTokenizer.from_model_dir(directory)

@@ -15,13 +15,15 @@ MNN's converter:
 language detection and token suppression shared with `WhisperTarget` (not copied), on an
 `MnnBackend` whose thread count changes per call, so core lending works. It gives no word
 timings (no cross-attention weights come out of the graphs). Its greedy tokens equal the torch
-target's on real clips (tests/models/test_mnn_whisper.py, scripts/mnn_probe.py).
+target's on real clips (tests/models/test_mnn_whisper.py, scripts/mnn_probe.py). It loads from
+a model's graphs in the cache (`exported`) or from a folder `as2d export` wrote
+(`mnn_export.py`), which holds no torch weights.
 """
 
 from __future__ import annotations
 
+import json
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -39,8 +41,9 @@ from as2d.audio.mel import log_mel
 from as2d.backends.mnn_backend import MnnBackend, MnnGraph, import_mnn
 from as2d.models.tokenizer import WhisperTokenizer
 from as2d.models.whisper import detect_language, spoken_language, suppress, whisper_prompt
-from as2d.models.whisper_net import WhisperNet
+from as2d.models.whisper_net import Suppression, WhisperNet, WhisperShape
 from as2d.target import Backend, Request
+from as2d.writers import atomic_dir
 
 # Each graph's input and output names, as `export` writes them and `_Graph` feeds them.
 GRAPHS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -206,22 +209,31 @@ def export(net: WhisperNet, directory: str | Path, weights: str = "float32") -> 
 
 
 def exported(name: str, weights: str = "float32") -> Path:
-    """The directory of a model's MNN graphs: `$AS2D_CACHE/mnn/<name>/<weights>/` (a path's
-    characters other than letters, digits, `.` and `-` made `_`), exported on first use (into
-    a temporary folder renamed into place, so a reader never sees half a model)."""
-    from as2d.models.bundled import cache_root, load_whisper_net
+    """The directory of a model's MNN graphs, `cache_dir(name, weights)`, exported on first
+    use (into a temporary folder renamed into place, so a reader never sees half a model)."""
+    from as2d.models.bundled import load_whisper_net
 
-    directory = cache_root() / "mnn" / re.sub(r"[^\w.-]+", "_", name) / weights
-    if all((directory / f"{graph}.mnn").is_file() for graph in GRAPHS):
+    directory = cache_dir(name, weights)
+    if has_graphs(directory):
         return directory
     directory.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=directory.parent) as scratch:
+    with atomic_dir(directory, replace=True) as scratch:
         net, _ = load_whisper_net(name, torch.float32)
         export(net, scratch, weights)
-        shutil.rmtree(directory, ignore_errors=True)
-        Path(scratch).rename(directory)
-        Path(scratch).mkdir()  # for TemporaryDirectory's cleanup
     return directory
+
+
+def cache_dir(name: str, weights: str = "float32") -> Path:
+    """`$AS2D_CACHE/mnn/<name>/<weights>/`, a path's characters other than letters, digits,
+    `.` and `-` made `_`."""
+    from as2d.models.bundled import cache_root
+
+    return cache_root() / "mnn" / re.sub(r"[^\w.-]+", "_", name) / weights
+
+
+def has_graphs(directory: Path) -> bool:
+    """Whether `directory` holds every graph of `GRAPHS`."""
+    return all((directory / f"{graph}.mnn").is_file() for graph in GRAPHS)
 
 
 def convert(onnx_path: Path, mnn_path: Path, quant_bits: int = 0) -> None:
@@ -272,12 +284,13 @@ class MnnWhisperTarget:
     def __init__(
         self,
         directory: str | Path,
-        net: WhisperNet,
+        shape: WhisperShape,
+        suppression: Suppression,
         tokenizer: WhisperTokenizer,
         backend: MnnBackend | None = None,
     ) -> None:
-        """`directory` holds `export`'s graphs for `net` (whose shape and suppression it takes)."""
-        directory, shape = Path(directory), net.shape
+        """`directory` holds `export`'s graphs of a checkpoint of this shape and suppression."""
+        directory = Path(directory)
         mnn = backend or MnnBackend()
         self.backend: Backend = mnn
         self.device, self.dtype = torch.device("cpu"), torch.float32  # the host's arrays
@@ -294,9 +307,9 @@ class MnnWhisperTarget:
         self.self_v = np.zeros(cache, dtype=np.float32)
         self.cross: list[np.ndarray] = []  # keys, values [L, H, 1500, Dh]
         vocab = shape.vocab_size
-        self.suppress = torch.tensor([t for t in net.suppression.suppress_tokens if t < vocab])
+        self.suppress = torch.tensor([t for t in suppression.suppress_tokens if t < vocab])
         self.begin_suppress = torch.tensor(
-            [t for t in net.suppression.begin_suppress_tokens if t < vocab]
+            [t for t in suppression.begin_suppress_tokens if t < vocab]
         )
         self.length = 0
         self.prompt_length = 0
@@ -305,18 +318,38 @@ class MnnWhisperTarget:
     def load(
         cls, name_or_path: str, device: str = "cpu", dtype: torch.dtype | None = None
     ) -> MnnWhisperTarget:
-        """A model's float32 graphs from the cache (exported on first use, see `exported`).
+        """A folder `as2d export` wrote (`from_export`), else a model's float32 graphs from
+        the cache (exported on first use, see `exported`).
 
         Raises:
-            ValueError: a device other than the CPU, or a dtype other than float32.
+            ValueError: a device other than the CPU, a dtype other than float32, or an
+                export folder that is not whole.
         """
         from as2d.models.bundled import load_whisper_net
+        from as2d.models.mnn_export import is_export
 
         if torch.device(device).type != "cpu" or dtype not in (None, torch.float32):
             raise ValueError("the MNN runtime runs float32 on the CPU (no --device, --dtype)")
+        if is_export(name_or_path):
+            return cls.from_export(Path(name_or_path))
         directory = exported(name_or_path)
         net, tokenizer = load_whisper_net(name_or_path, torch.float32)
-        return cls(directory, net, tokenizer)
+        return cls(directory, net.shape, net.suppression, tokenizer)
+
+    @classmethod
+    def from_export(cls, directory: Path) -> MnnWhisperTarget:
+        """The target of a folder `as2d export` wrote: its graphs, its `config.json`'s shape,
+        its manifest's suppression and its tokenizer; no torch weights, no conversion.
+
+        Raises:
+            ValueError: the folder is not a whole export (`mnn_export.read_export`).
+        """
+        from as2d.models.mnn_export import read_export
+
+        tokens = read_export(directory).tokens
+        shape = WhisperShape.of(json.loads((directory / "config.json").read_text()))
+        suppression = Suppression(tokens.suppress, tokens.begin_suppress)
+        return cls(directory, shape, suppression, WhisperTokenizer.from_model_dir(directory))
 
     def prompt(self, encoded: MnnEncoded, request: Request) -> list[int]:
         """Whisper's decoder prompt (`whisper.whisper_prompt`)."""

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from as2d.drafting.family import DrafterFamily
 from as2d.models.bundled import BUNDLED, ModelNotFoundError, bundled_names, local_model_dir
+from as2d.models.mnn_export import RUNTIME as EXPORT_RUNTIME
+from as2d.models.mnn_export import is_export
 from as2d.models.tokenizer import language_tokens, read_vocab
 from as2d.options import Options
 
@@ -115,12 +117,23 @@ def check_language(
 
 def check_target(options: Options) -> None:
     """Raises ValueError (ModelNotFoundError), one line, before any model loads, for a target
-    or drafter not on this machine, or a language or task the target cannot decode
-    (`check_language`)."""
+    or drafter not on this machine, an export folder for another runtime (`check_export`), or
+    a language or task the target cannot decode (`check_language`)."""
+    check_export(options.target, options.runtime)
     languages = target_languages(options.target)
     check_language(options.target, languages, options.language, options.task)
     if options.drafter_used is not None:
         DrafterFamily(options.drafter_used).check()
+
+
+def check_export(name_or_path: str, runtime: str) -> None:
+    """Raises ModelNotFoundError, one line, for a folder `as2d export` wrote (MNN graphs, no
+    torch weights) asked to run on another runtime."""
+    if runtime != EXPORT_RUNTIME and is_export(name_or_path):
+        raise ModelNotFoundError(
+            f"{name_or_path} is an export for {EXPORT_RUNTIME} (as2d export): run it with "
+            f"--runtime {EXPORT_RUNTIME}"
+        )
 
 
 def times_words(name_or_path: str) -> bool:
@@ -136,8 +149,10 @@ def adapter_class(name_or_path: str, runtime: str = "torch") -> Any:
     """The adapter class of the model's family on `runtime`, without loading weights.
 
     Raises:
-        ModelNotFoundError: unknown model, or a family no adapter of the runtime owns.
+        ModelNotFoundError: unknown model, a family no adapter of the runtime owns, or an
+            export folder (`as2d export`) for another runtime.
     """
+    check_export(name_or_path, runtime)
     kind = model_type(name_or_path)
     for adapter in adapters(runtime):
         if kind in adapter.MODEL_TYPES:

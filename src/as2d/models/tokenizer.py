@@ -60,6 +60,9 @@ def _token_bytes(token: str) -> bytes:
     return token.translate(_to_latin1()).encode("latin-1")
 
 
+VOCAB_FILES = ("tokenizer.json", "vocab.json", "added_tokens.json")  # what `read_vocab` reads
+
+
 def read_vocab(path: Path) -> dict[str, int]:
     """Reads every token -> id of a Whisper tokenizer directory (CT2 or Hugging Face).
 
