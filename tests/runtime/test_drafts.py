@@ -65,6 +65,43 @@ def test_recordings_are_prepared_by_the_drafter_that_agrees_best_and_requests_fi
     assert stored_drafts(named, CLIP) is None
 
 
+def test_drafts_made_with_no_language_serve_a_request_that_names_one(tmp_path):
+    """A recording prepared with the language unset (the drafter guesses it) serves a request
+    in a named language; drafts in that very language come first, another language's never."""
+    options = Options(drafts_dir=str(tmp_path / "drafts"), language="en")
+    spec = drafter_spec(options)
+    assert spec is not None
+    store = DraftStore(tmp_path / "drafts")
+    store.save(store.key(CLIP, replace(spec, language="fr")), [StoredDraft(0.0, 1.0, " fr")])
+    assert stored_drafts(options, CLIP) is None
+    store.save(store.key(CLIP, replace(spec, language=None)), [StoredDraft(0.0, 1.0, " any")])
+    found = stored_drafts(options, CLIP)
+    assert found is not None and found.text(0) == " any"
+    store.save(store.key(CLIP, spec), [StoredDraft(0.0, 1.0, " en")])
+    found = stored_drafts(options, CLIP)
+    assert found is not None and found.text(0) == " en"
+
+
+@pytest.mark.slow
+def test_bench_drafts_each_recording_in_the_language_its_requests_name(tmp_path, capsys):
+    """A manifest of two languages: `--drafts ready` drafts each recording in its own language,
+    so its requests find every draft (none were found before, and as2d ran as target-only)."""
+    clips = {"en": "demo-nogo", "es": "dir-intro"}
+    for language, name in clips.items():
+        shutil.copy(DATA / "asterisk" / language / f"{name}.wav", tmp_path)
+    rows = [{"audio": f"{name}.wav", "language": lang} for lang, name in clips.items()]
+    (tmp_path / "m.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "out"
+    args = ["bench", str(tmp_path / "m.jsonl"), "--methods", "as2d", "--drafters", "whisper-base"]
+    args += ["--budgets", "4", "--drafts", "ready", "--no-progress", "--out", str(out)]
+    assert main(args) == 0, capsys.readouterr().err
+    results = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    ready = [r for r in results if r["method"] == "as2d"]
+    assert {r["recording"] for r in ready} == set(clips.values())
+    # found: most tokens come from the drafts (before, only from the window's own history)
+    assert all(r["accepted_tokens"] >= r["tokens"] / 2 for r in ready), ready
+
+
 def test_the_store_keeps_the_most_recently_used_drafts_within_its_size(tmp_path):
     store = DraftStore(tmp_path / "drafts", max_bytes=3000)
     text = "word " * 100  # about 600 bytes a file

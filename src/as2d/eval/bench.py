@@ -207,8 +207,8 @@ def make_drafts_ahead(
         spec = replace(spec, threads=len(os.sched_getaffinity(0)))
         drafter = AheadDrafter(DraftStore(Path(base.drafts_dir)), spec)
         start = time.perf_counter()
-        for recording in recordings:
-            drafter.draft(recording.audio)
+        for recording in recordings:  # in the language its requests will name
+            drafter.draft(recording.audio, base.language or recording.language)
         seconds[spec.name] = time.perf_counter() - start
     return seconds
 

@@ -178,8 +178,12 @@ def stored_drafts(options: Options, audio: object) -> Drafts | None:
     if not store.root.is_dir() or not Path(audio).is_file():
         return None
     names = dict.fromkeys((spec.name, prepare_drafter(options)))  # its own first
-    for name in names:
-        if (drafts := store.load(store.key(Path(audio), replace(spec, name=name)))) is not None:
+    # in the request's language, else drafted with none given (the drafter's own guess): a
+    # recording prepared with the language unset serves requests that name it
+    languages = dict.fromkeys((spec.language, None))
+    for name, language in ((n, lang) for n in names for lang in languages):
+        key = store.key(Path(audio), replace(spec, name=name, language=language))
+        if (drafts := store.load(key)) is not None:
             return drafts
     return None
 
@@ -215,12 +219,13 @@ class AheadDrafter:
         self.spec = spec
         self._model: DraftModel | None = None
 
-    def draft(self, audio: Path) -> None:
-        """Drafts `audio` unless its drafts are stored already."""
-        key = self.store.key(audio, self.spec)
+    def draft(self, audio: Path, language: str | None = None) -> None:
+        """Drafts `audio` (in `language`, else the spec's) unless its drafts are stored."""
+        spec = replace(self.spec, language=language or self.spec.language)
+        key = self.store.key(audio, spec)
         stored = self.store.load(key)
         if stored is None or not stored.complete:
-            self.store.save(key, make_drafts(audio, self.model(), self.spec) or [])
+            self.store.save(key, make_drafts(audio, self.model(), spec) or [])
 
     def model(self) -> DraftModel:
         """The drafter model, loaded on first use."""
