@@ -20,6 +20,7 @@ import time
 import urllib.request
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import soxr
@@ -31,6 +32,8 @@ from as2d.eval.serve_load import started_server
 
 RATE = 24_000  # OpenAI's realtime PCM16
 CHUNK = RATE // 10  # 100 ms appends
+# a flooding client pings nobody: the server reads its backlog first, and pongs come late
+FLOOD: dict[str, Any] = {"max_size": None, "ping_interval": None}
 
 
 def main() -> int:
@@ -39,6 +42,9 @@ def main() -> int:
     parser.add_argument("--clients", type=int, default=10)
     parser.add_argument("--sessions", type=int, default=10, help="the servers' realtime slots")
     parser.add_argument("--methods", default="target,as2d")
+    parser.add_argument(
+        "--rounds", type=int, default=2, help="rounds per server: the first also warms buffers"
+    )
     args = parser.parse_args()
     print("$ " + shlex.join([sys.executable, *sys.argv]))
     audio = soxr.resample(load_audio(str(args.recording)), 16_000, RATE)
@@ -55,38 +61,41 @@ def main() -> int:
             with connect(ws_url, max_size=None) as ws:  # the live models loaded, then measured
                 _session(ws)
             time.sleep(2)
-            before = _rss_mb(pids)
-            peak = [before]
-            sampling = threading.Event()
-            threading.Thread(target=_sample, args=(pids, peak, sampling), daemon=True).start()
-            refused = 0
-            with ExitStack() as stack:
-                sockets = []
-                for _ in range(args.clients):
-                    try:
-                        sockets.append(stack.enter_context(connect(ws_url, max_size=None)))
-                        _session(sockets[-1])
-                    except (InvalidStatus, RuntimeError):
-                        refused += 1
-                for message in appends:
+            for round_ in range(1, args.rounds + 1):
+                before = _rss_mb(pids)
+                peak = [before]
+                sampling = threading.Event()
+                threading.Thread(target=_sample, args=(pids, peak, sampling), daemon=True).start()
+                refused = 0
+                with ExitStack() as stack:
+                    sockets = []
+                    for _ in range(args.clients):
+                        try:
+                            sockets.append(stack.enter_context(connect(ws_url, **FLOOD)))
+                            _session(sockets[-1])
+                        except (InvalidStatus, RuntimeError):
+                            refused += 1
+                    for message in appends:
+                        for ws in sockets:
+                            ws.send(message)
                     for ws in sockets:
-                        ws.send(message)
-                for ws in sockets:
-                    ws.close()
-            closed = time.monotonic()
-            while _sessions(server.url) > 0 and time.monotonic() - closed < 300:
-                time.sleep(0.05)
-            outlived = time.monotonic() - closed
-            time.sleep(5)
-            after = _rss_mb(pids)
-            sampling.set()
-            print(
-                f"{method:6} {args.clients} clients ({refused} refused) x "
-                f"{len(pcm) / RATE:.0f} s: sessions gone {outlived:.2f} s after the close; "
-                f"memory {before:.0f} MB before, {max(peak):.0f} MB peak, "
-                f"{after:.0f} MB 5 s after (+{after - before:.0f} MB)",
-                flush=True,
-            )
+                        ws.close()
+                closed = time.monotonic()
+                while _sessions(server.url) > 0 and time.monotonic() - closed < 300:
+                    time.sleep(0.05)
+                outlived = time.monotonic() - closed
+                time.sleep(5)
+                after = _rss_mb(pids)
+                server_mb = _rss_mb([server.process.pid], children=False)
+                sampling.set()
+                print(
+                    f"{method:6} round {round_}: {args.clients} clients ({refused} refused) x "
+                    f"{len(pcm) / RATE:.0f} s: sessions gone {outlived:.2f} s after the close; "
+                    f"memory {before:.0f} MB before, {max(peak):.0f} MB peak, "
+                    f"{after:.0f} MB 5 s after (+{after - before:.0f} MB; the server process alone "
+                    f"{server_mb:.0f} MB)",
+                    flush=True,
+                )
     return 0
 
 
@@ -102,12 +111,12 @@ def _session(ws: ClientConnection) -> None:
         pass
 
 
-def _rss_mb(pids: list[int]) -> float:
-    """The RSS of `pids` and of their children, in MB."""
+def _rss_mb(pids: list[int], children: bool = True) -> float:
+    """The RSS of `pids` and (`children`) of their children, in MB."""
     total = 0
     for pid in pids:
         tasks = Path(f"/proc/{pid}/task").glob("*/children")  # children of every thread
-        kids = [int(p) for task in tasks for p in task.read_text().split()]
+        kids = [int(p) for task in tasks for p in task.read_text().split()] if children else []
         for each in [pid, *kids]:
             try:
                 status = Path(f"/proc/{each}/status").read_text()

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import gc
 import json
 import re
@@ -17,9 +15,9 @@ import torch
 from transformers import WhisperConfig, WhisperForConditionalGeneration
 
 from as2d.models.tokenizer import WhisperTokenizer
+from as2d.runtime.memory import release_memory
 
 DATA = Path(__file__).parent / "data"
-_LIBC = ctypes.CDLL(ctypes.util.find_library("c") or None)
 
 
 @pytest.fixture(autouse=True)
@@ -30,8 +28,7 @@ def _give_freed_memory_back() -> Iterator[None]:
     (700 MB with a drafter) and reached the 24 GB machine's limit."""
     yield
     gc.collect()
-    if hasattr(_LIBC, "malloc_trim"):  # glibc only
-        _LIBC.malloc_trim(0)
+    release_memory()
 
 
 @pytest.fixture(scope="session")

@@ -24,6 +24,7 @@ import numpy as np
 
 from as2d.drafting.family import DraftModel
 from as2d.runtime.frames import Outbox
+from as2d.runtime.memory import release_memory
 from as2d.runtime.spec import CRASH_EXIT_CODE, SLEEP_FAULT_S, DrafterSpec
 from as2d.sequences import common_prefix
 from as2d.types import N_SAMPLES
@@ -140,11 +141,15 @@ class _Submitted:
 def _next_window(link: ChildLink) -> _Submitted | None:
     """Waits for the next window, copied out of its slot; None once the parent is gone."""
     parent = mp.parent_process()
+    idle = False
     try:
         while parent is None or parent.is_alive():
             if link.windows.poll(_IDLE_CHECK_S):
                 index, slot, samples, language = link.windows.recv()
                 return _Submitted(index, link.slots()[slot, :samples].copy(), language)
+            if not idle:  # the burst is over: its buffers go back to the system
+                release_memory()
+                idle = True
     except EOFError:  # the parent closed its end
         pass
     return None
