@@ -11,6 +11,7 @@ sees it. Medians over every utterance of every turn.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import sys
@@ -77,6 +78,9 @@ def main() -> int:
         "same_finals": texts["page"] == texts["socket"],
     }
     print(json.dumps(report, indent=1))
+    if not report["same_finals"]:  # the last turn's, side by side
+        for page_text, socket_text in itertools.zip_longest(texts["page"], texts["socket"]):
+            print(f"page:   {page_text}\nsocket: {socket_text}")
     return 0
 
 

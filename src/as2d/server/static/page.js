@@ -175,12 +175,18 @@ async function startLive() {
   }
   setLive(true, "Connecting…");
   const live = { stream, ws: null, audio: null, stopping: false, failed: false, open: new Set(),
-                 stoppedAt: {} };
+                 stoppedAt: {}, ready: false, pending: [] };
   page.live = live;
   live.ws = new WebSocket(socketUrl(), protocols());
   live.ws.onopen = () => live.ws.send(JSON.stringify(sessionUpdate()));
   live.ws.onmessage = (message) => onEvent(live, JSON.parse(message.data));
   live.ws.onclose = (event) => onClose(live, event);
+  // captured from Start on, held until the session is set up: the first words are not lost
+  startAudio(live).catch((err) => {
+    if (page.live === live && !live.stopping) { // not ended meanwhile (a refusal says its line)
+      failLive(live, `The audio could not start: ${err.message}`);
+    }
+  });
 }
 
 function microphoneError(err) {
@@ -203,17 +209,22 @@ async function startAudio(live) {
   }
   live.audio = context;
   await context.audioWorklet.addModule("/static/capture.js");
+  if (live.audio !== context) return; // stopped or failed meanwhile: released already
   const node = new AudioWorkletNode(context, "pcm-capture",
     { processorOptions: { rate: RATE, chunkS: CHUNK_S } });
   node.port.onmessage = (message) => sendAudio(live, message.data);
   live.source.connect(node);
   node.connect(context.destination); // silent (the node writes no output), but pulled
   page.seen.audioRate = context.sampleRate;
-  setLive(true, "Listening…");
 }
 
 function sendAudio(live, buffer) {
-  if (live.stopping || live.ws.readyState !== WebSocket.OPEN) return;
+  if (live.stopping) return;
+  if (!live.ready) {
+    live.pending.push(buffer);
+    return;
+  }
+  if (live.ws.readyState !== WebSocket.OPEN) return;
   const bytes = new Uint8Array(buffer);
   page.seen.sentS += bytes.length / 2 / RATE;
   let binary = "";
@@ -228,7 +239,9 @@ function onEvent(live, event) {
   page.seen.events[event.type] = (page.seen.events[event.type] || 0) + 1;
   if (item) (page.seen.items[item] ||= []).push(event.type);
   if (event.type === "session.updated") {
-    startAudio(live).catch((err) => failLive(live, `The audio could not start: ${err.message}`));
+    live.ready = true;
+    live.pending.splice(0).forEach((buffer) => sendAudio(live, buffer));
+    setLive(true, "Listening…");
   } else if (event.type === EVENT.started) {
     live.open.add(item);
     utterance(item);
