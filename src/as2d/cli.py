@@ -269,6 +269,7 @@ def add_bench_parser(commands: argparse._SubParsersAction) -> None:
     bench.add_argument("--budgets", default="auto,2,4,8,16", help="comma-separated: auto or k")
     bench.add_argument("--repeats", type=int, default=1)
     bench.add_argument("--limit", type=int, default=None, help="only the first N recordings")
+    bench.add_argument("--subset", default=None, help="only the manifest's rows of this subset")
     bench.add_argument("--target", default="whisper-base")
     add_runtime_options(bench, side_by_side=True)
     bench.add_argument("--language", default=None, help="default: the dataset's, else detect")
@@ -305,6 +306,7 @@ def add_exactness_parser(commands: argparse._SubParsersAction) -> None:
     check.add_argument("--language", default=None, help="default: the dataset's, else detect")
     check.add_argument("--task", default="transcribe", choices=("transcribe", "translate"))
     check.add_argument("--limit", type=int, default=None, help="only the first N recordings")
+    check.add_argument("--subset", default=None, help="only the manifest's rows of this subset")
     check.add_argument("--cache", type=Path, default=None, help="asterisk:LANG downloads")
     check.add_argument("--no-progress", action="store_true")
 

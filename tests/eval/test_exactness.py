@@ -85,6 +85,23 @@ def test_exactness_command_on_two_clips(tmp_path, capsys):
     assert all(m["first_mismatch"] is None for m in report["methods"])
 
 
+@pytest.mark.slow
+def test_subset_takes_only_its_rows(tmp_path, capsys):
+    """`--subset NAME`: the manifest's rows of that subset, the others left out; a subset the
+    manifest lacks is one line naming those it has."""
+    rows = [("dir-instr", "short"), ("vm-newuser", "long"), ("demo-nogo", "long")]
+    for name, _ in rows:
+        shutil.copy(ASTERISK / f"{name}.wav", tmp_path / f"{name}.wav")
+    lines = [json.dumps({"audio": f"{n}.wav", "subset": s, "language": "en"}) for n, s in rows]
+    (tmp_path / "manifest.jsonl").write_text("\n".join(lines) + "\n")
+    args = ["exactness", str(tmp_path), "--target", "whisper-tiny.en", "--methods", "target"]
+    assert main([*args, "--subset", "short", "--no-progress"]) == 0
+    assert json.loads(capsys.readouterr().out)["recordings"] == 1
+    assert main([*args, "--subset", "medium", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--subset medium: the dataset has long, short" in err, err
+
+
 def test_missing_dataset_is_one_line_and_exit_2(tmp_path, capsys):
     assert main(["exactness", str(tmp_path / "nowhere"), "--no-progress"]) == 2
     out, err = capsys.readouterr()

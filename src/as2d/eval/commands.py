@@ -132,7 +132,14 @@ def dataset_configs(args: argparse.Namespace) -> tuple[list[Recording], list[Con
         raise UsageError("--limit must be at least 1")
     try:
         cache = args.cache or cache_root() / "datasets"
-        recordings = load_dataset(args.dataset, cache)[: args.limit]
+        recordings = load_dataset(args.dataset, cache)
+        if args.subset is not None:
+            subsets = sorted({r.subset for r in recordings if r.subset is not None})
+            recordings = [r for r in recordings if r.subset == args.subset]
+            if not recordings:
+                known = ", ".join(subsets) or "none"
+                raise UsageError(f"--subset {args.subset}: the dataset has {known}")
+        recordings = recordings[: args.limit]
         methods, drafters = _items(args.methods), _items(args.drafters)
         budgets = [parse_budget(b) for b in _items(args.budgets)]
     except (DatasetError, ValueError) as err:
