@@ -91,7 +91,9 @@ def main() -> None:
     parser.add_argument("--weights", default="float32", choices=("float32", "int8", "int4"))
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("-k", type=int, default=8, help="verify pass length")
-    parser.add_argument("--precision", default=PRECISION, help="MNN's PrecisionMode")
+    parser.add_argument(
+        "--precision", default=PRECISION, help="MNN's CPU precision (normal, high, low)"
+    )
     args = parser.parse_args()
 
     directory = exported(args.model, args.weights)

@@ -8,7 +8,7 @@ tokens from every `--stride`-th position; the max |pass - step| over all rows, a
 max |diff| against torch's target (which of the two kernels rounds away); and the max |diff|
 of the single steps on 1 and on 2 threads (as2d's target and target-only may run on other
 counts: those steps are not guarded). Reproduce:
-    python scripts/mnn_rounding.py --model whisper-base --precision High Normal Low -k 8
+    python scripts/mnn_rounding.py --model whisper-base --precision high normal low -k 8
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def threads_diff(target, clip: Path) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="whisper-base")
-    parser.add_argument("--precision", nargs="+", default=["High"])
+    parser.add_argument("--precision", nargs="+", default=["high"])
     parser.add_argument("-k", type=int, default=8)
     parser.add_argument("--stride", type=int, default=4, help="a pass every N positions")
     parser.add_argument("--clips", type=int, default=len(CLIPS))

@@ -3,6 +3,7 @@ any thread count between calls, and as2d over it gives target-only's tokens on M
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
@@ -80,6 +81,27 @@ def test_threads_change_between_calls(mnn_target: MnnWhisperTarget, audio) -> No
     finally:
         mnn_target.backend.set_threads(1)
     assert int(one.argmax(-1)[-1]) == int(two.argmax(-1)[-1])
+
+
+def test_one_thread_means_one_core(mnn_target: MnnWhisperTarget, audio) -> None:
+    """A pass on one thread keeps to one core, also after a pass on two, so that a drafter on
+    the other core does not slow it (MNN's own `thread_num` argument ran two threads whatever
+    it was given, and its thread pool, one per process, keeps the size it was made with: the
+    process's CPU time was twice the wall time)."""
+    encoder = mnn_target.graphs["encoder"]
+    features = np.zeros((1, mnn_target.n_mels, 3000), dtype=np.float32)
+    encoder(features)  # loads the one-thread module
+    mnn_target.backend.set_threads(2)
+    try:
+        encoder(features)  # and the two-thread one, made last
+    finally:
+        mnn_target.backend.set_threads(1)
+    wall, cpu = time.perf_counter(), time.process_time()
+    for _ in range(3):
+        encoder(features)
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+
+    assert cpu < 1.25 * wall, f"{cpu:.2f} s of CPU in {wall:.2f} s on one thread"
 
 
 def test_options_refuse_what_mnn_cannot_run() -> None:

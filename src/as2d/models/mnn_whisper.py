@@ -305,7 +305,7 @@ class MnnWhisperTarget:
         cache = (shape.decoder_layers, heads, self.max_length, shape.d_model // heads)
         self.self_k = np.zeros(cache, dtype=np.float32)  # [L, H, T, Dh]
         self.self_v = np.zeros(cache, dtype=np.float32)
-        self.cross: list[np.ndarray] = []  # keys, values [L, H, 1500, Dh]
+        self.cross: list[Any] = []  # keys, values [L, H, 1500, Dh], as the decoder's inputs
         vocab = shape.vocab_size
         self.suppress = torch.tensor([t for t in suppression.suppress_tokens if t < vocab])
         self.begin_suppress = torch.tensor(
@@ -374,7 +374,8 @@ class MnnWhisperTarget:
 
     def prefill(self, encoded: MnnEncoded, prompt: Sequence[int]) -> torch.Tensor:
         """Start a window: cross-attention keys/values, then the prompt. Returns [V] scores."""
-        self.cross = self.graphs["cross"](encoded.hidden)
+        decoder = self.graphs["decoder"]
+        self.cross = [decoder.const(a) for a in self.graphs["cross"](encoded.hidden)]
         self.length = 0
         self.prompt_length = len(prompt)
         return self.forward(prompt)[-1]
