@@ -47,6 +47,7 @@ from as2d.audio.stream import Pcm16Resampler
 from as2d.live import LiveEvent, LiveSession
 from as2d.models.targets import check_language, target_languages
 from as2d.options import Options
+from as2d.runtime.memory import release_memory
 from as2d.server.access import chosen_subprotocol, offers_beta
 from as2d.server.decoding import Engine
 from as2d.server.realtime_events import (
@@ -115,6 +116,8 @@ class RealtimeApi:
         finally:
             self.sessions -= 1
             self.gauge.set(self.sessions)
+            if self.sessions == 0:  # the streams' buffers go back to the system, unawaited
+                threading.Thread(target=release_memory, name="as2d-trim", daemon=True).start()
 
     def live(self, settings: Settings) -> LiveSession:
         """A new live stream; call with `Engine.lock` held (in `call`)."""
