@@ -44,6 +44,7 @@ from as2d.types import SAMPLE_RATE, Window, WindowResult
 DEFAULT_ENDPOINT_MS = 600  # a pause this long ends an utterance
 PROVISIONAL_EVERY_S = 0.5  # the open utterance is drafted again once it grew this much
 CAPTION_EVERY_S = 0.05  # how often the target's side looks for new provisional text
+READ_AHEAD_BLOCKS = 64  # blocks of a stream read ahead of `push` (faster than real time)
 KINDS = ("speech_started", "delta", "speech_stopped", "completed")
 
 
@@ -165,6 +166,11 @@ class LiveSession:
             )
             self._thread.start()
 
+    @property
+    def language(self) -> str | None:
+        """The stream's language: given, else detected on its first utterance (None before)."""
+        return self._engine.asked.language
+
     def push(self, block: np.ndarray) -> list[LiveEvent]:
         """Hears the next block (16 kHz mono float32); returns what was decided since."""
         events: list[LiveEvent] = []
@@ -215,8 +221,30 @@ class LiveSession:
             self._thread = None
 
     def run(self, blocks: Iterable[np.ndarray]) -> Iterator[LiveEvent]:
-        """Every event of a stream of blocks, as they are decided."""
-        for block in blocks:
+        """Every event of a stream of blocks, as they are decided: `blocks` is read in a
+        thread of its own, so that what the target's side says comes while no block does (a
+        pipe whose writer pauses). An error of `blocks` is raised here."""
+        queue: Queue[np.ndarray | BaseException | None] = Queue(maxsize=READ_AHEAD_BLOCKS)
+
+        def read() -> None:
+            try:
+                for block in blocks:
+                    queue.put(block)
+                queue.put(None)
+            except BaseException as err:  # the stream's own error, raised by the reader
+                queue.put(err)
+
+        threading.Thread(target=read, daemon=True).start()  # a reader left blocked: the exit's
+        while True:
+            try:
+                block = queue.get(timeout=CAPTION_EVERY_S)
+            except Empty:
+                yield from self.poll()
+                continue
+            if block is None:
+                break
+            if isinstance(block, BaseException):
+                raise block
             yield from self.push(block)
         yield from self.finish()
 

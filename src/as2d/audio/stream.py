@@ -27,7 +27,7 @@ import numpy as np
 from as2d.audio.load import AudioError, decode_av, open_av, resample_stream, resampled
 from as2d.types import SAMPLE_RATE
 
-LIVE_BLOCK_S = 0.5  # a window's end is heard at most this long after its audio
+LIVE_BLOCK_S = 0.1  # a window's end is heard at most this long after its audio
 PCM_BYTES = 2  # s16le: one sample of one channel
 MIC_EXTRA = "install the mic extra (pip install 'as2d[mic]')"
 

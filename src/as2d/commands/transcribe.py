@@ -8,7 +8,7 @@ import argparse
 import os
 import select
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -256,5 +256,48 @@ def run_with_progress(
             if live_text:
                 print_window(window)
 
+        endpoint_ms = transcriber.options.endpoint_ms
+        if live_text and endpoint_ms is not None and not args.prompt:
+            return live_lines(transcriber, stdin_blocks(args), endpoint_ms, finished)
         audio = stdin_blocks(args) if live else None
         return transcriber.transcribe_file(file, args.prompt, finished, audio)
+
+
+def live_lines(
+    transcriber: Transcriber,
+    blocks: Iterator[np.ndarray],
+    endpoint_ms: int,
+    on_window: Callable[[WindowResult], object],
+) -> FileResult:
+    """Standard input cut at each endpoint, heard as `as2d listen` hears a microphone
+    (`LiveSession`): every method decodes a window in the pause before its endpoint, so its
+    line comes once the endpoint is heard, not a decode later; the drafter's provisional text
+    on a terminal's stderr. The windows and texts are `transcribe_file`'s."""
+    import time
+
+    from as2d.commands.serve import Caption
+    from as2d.live import LiveSession
+    from as2d.types import RunStats
+
+    o = transcriber.options
+    start = time.perf_counter()
+    session = LiveSession(transcriber, endpoint_ms, early=True)
+    caption = Caption(sys.stderr)
+    results = []
+    try:
+        for event in session.run(blocks):
+            if event.kind == "delta":
+                caption.show(event.text)
+            elif event.kind == "completed" and event.result is not None:
+                caption.show("")
+                results.append(event.result)
+                on_window(event.result)
+    finally:
+        session.drop()  # stops the target's side where the loop failed (a reader gone)
+    wall, audio_s = time.perf_counter() - start, session.windower.received_s
+    tokens = sum(len(w.token_ids) for w in results)
+    stats = RunStats(
+        wall, audio_s, tokens, tokens / wall, wall / audio_s if audio_s else 0.0,
+        transcriber.decoder.activity(), start, session.language,
+    )  # fmt: skip
+    return FileResult(STDIN, o.method, o.target, o.drafter_used, results, stats)
