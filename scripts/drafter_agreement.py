@@ -14,6 +14,9 @@ Counts are deterministic (no timing noise); drafting seconds are wall time times
 
     .venv/bin/python scripts/drafter_agreement.py data-cache/hard/manifest.jsonl \\
         [--drafters whisper-tiny.en,whisper-base,ct2:whisper-base] [--k 16] [--every 1]
+
+A name "a+b" replays both drafters' drafts of each window at once (`simulate`'s `also`): each
+pass verifies the longer candidate, as the engine's policy picks among its sources.
 """
 
 from __future__ import annotations
@@ -81,27 +84,38 @@ def main() -> int:
     parser.add_argument("--every", type=int, default=1, help="only every N-th recording")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", default=None, help="write the table as JSON here too")
+    parser.add_argument("--subset", default=None, help="only this subset's recordings")
+    parser.add_argument(
+        "--tail", default=str(DEFAULT_TAIL_S), help="the drafters' encoder input: seconds of "
+        "silence after the speech, or full (Whisper's 30 s, as the target reads it)",
+    )  # fmt: skip
     args = parser.parse_args()
     print("$ " + shlex.join([sys.executable, *sys.argv]), flush=True)
     target = load_target("whisper-base", "cpu", None)
     keys = WordKeys(target.tokenizer)
     names = args.drafters.split(",")
     recordings = load_dataset(args.dataset, Path("data-cache/bench-cache"))[:: args.every]
+    recordings = [r for r in recordings if args.subset in (None, r.subset)]
+    tail_s = None if args.tail == "full" else float(args.tail)
     models: dict[tuple[str, str | None], Any] = {}
     tallies: dict[tuple[str, str], Tally] = defaultdict(Tally)
     for n, recording in enumerate(recordings):
         for window in iter_windows(recording.audio):
             wanted = target_tokens(target, window, recording.language)
-            for name in names:
-                spec = DrafterSpec(name, args.threads, recording.language, tail_s=DEFAULT_TAIL_S)
-                key = (name, recording.language)
+            drafted: dict[str, tuple[list[int], float]] = {}  # drafter: tokens, core-seconds
+            for drafter in dict.fromkeys(d for name in names for d in name.split("+")):
+                spec = DrafterSpec(drafter, args.threads, recording.language, tail_s=tail_s)
+                key = (drafter, recording.language)
                 model = models.get(key) or models.setdefault(key, load_drafter(spec))
                 start = time.perf_counter()
                 encoded = model.encode(draft_audio(window, spec.tail_s), spec.language)
                 texts = [text for _, text in model.texts(encoded)]
                 core_s = (time.perf_counter() - start) * args.threads
-                drafted = target.tokenizer.encode(texts[-1]) if texts else []
-                stats = simulate(wanted, drafted, args.k, key=keys)
+                drafted[drafter] = (target.tokenizer.encode(texts[-1]) if texts else [], core_s)
+            for name in names:  # "a+b": each step the longest of both drafts' candidates
+                first, *also = (drafted[d][0] for d in name.split("+"))
+                stats = simulate(wanted, first, args.k, key=keys, also=also)
+                core_s = sum(drafted[d][1] for d in name.split("+"))
                 for subset in (recording.subset or "all", f"lang:{recording.language}", "whole"):
                     tally = tallies[(subset, name)]
                     tally.tokens += len(wanted)

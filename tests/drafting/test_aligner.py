@@ -96,6 +96,20 @@ def test_deletion_by_target_re_anchors_without_plain_steps() -> None:
     assert stats.forward_passes == 4  # 5 tokens, 3 + correction 10, 4 + bonus, last 4
 
 
+def test_a_second_drafter_covers_what_the_first_misheard() -> None:
+    """Two drafts, each wrong where the other is right (`also`): every step verifies the
+    longer candidate, so the target steps alone nowhere and needs fewer passes than with
+    either draft; the output is the target's all the same."""
+    target = [*range(10), 50, 51, *range(10, 20), 60, 61, *range(20, 30)]
+    first = [*range(10), 50, 51, *range(10, 30)]  # missed 60 61
+    second = [*range(20), 60, 61, *range(20, 30)]  # missed 50 51
+    one, other = simulate(target, first, k=4), simulate(target, second, k=4)
+    both = simulate(target, first, k=4, also=[second])
+    assert both.output == one.output == other.output == tuple(target)
+    assert one.plain_steps == other.plain_steps == 2 and both.plain_steps == 0
+    assert both.forward_passes < min(one.forward_passes, other.forward_passes)
+
+
 def test_empty_drafter_means_target_alone() -> None:
     stats = simulate([3, 1, 4, 1, 5], [], k=4)
     assert stats == AlignStats(verify_passes=0, plain_steps=5, accepted_tokens=0, drafted_tokens=0)

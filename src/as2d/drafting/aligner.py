@@ -294,7 +294,11 @@ class AlignStats:
 
 
 def simulate(
-    target_tokens: Sequence[int], drafter_tokens: Sequence[int], k: int, key: TokenKey = _same
+    target_tokens: Sequence[int],
+    drafter_tokens: Sequence[int],
+    k: int,
+    key: TokenKey = _same,
+    also: Sequence[Sequence[int]] = (),
 ) -> AlignStats:
     """Replays target-only output against a complete drafter output, offline.
 
@@ -308,6 +312,8 @@ def simulate(
         drafter_tokens: the drafter's complete output for it, in the target's vocabulary.
         k: the budget, the most candidate tokens per verify.
         key: what the aligner's anchors compare (`StreamAligner`).
+        also: other drafters' complete outputs for the window: each step verifies the
+            longest candidate of all (the first on a tie), as `FixedBudget.pick` does.
 
     Returns:
         The counts, and the committed output.
@@ -316,11 +322,11 @@ def simulate(
         simulate([1, 2, 3, 4, 5], [1, 2, 3, 4, 5], k=4)
         -> AlignStats(verify_passes=1, plain_steps=0, accepted_tokens=4, drafted_tokens=4)
     """
-    aligner = StreamAligner(drafter_tokens, key=key)
+    aligners = [StreamAligner(tokens, key=key) for tokens in (drafter_tokens, *also)]
     verified: list[int] = []
     passes = plain = accepted = drafted = 0
     while len(verified) < len(target_tokens):
-        candidate = aligner.propose(verified, k)
+        candidate = max((a.propose(verified, k) for a in aligners), key=len)
         pos = len(verified)
         if candidate:
             wanted = [*target_tokens[pos : pos + len(candidate) + 1]]
@@ -330,9 +336,11 @@ def simulate(
             verified += verdict.tokens[: verdict.accepted] if at_end else verdict.tokens
             passes, accepted = passes + 1, accepted + verdict.accepted
             drafted += len(candidate)
-            aligner.observe(verified, verdict.accepted, len(candidate))
+            for aligner in aligners:
+                aligner.observe(verified, verdict.accepted, len(candidate))
         else:
             plain += 1
             verified.append(target_tokens[pos])
-            aligner.observe(verified, 0, 0)
+            for aligner in aligners:
+                aligner.observe(verified, 0, 0)
     return AlignStats(passes, plain, accepted, drafted, tuple(verified))
