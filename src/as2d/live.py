@@ -37,7 +37,7 @@ import numpy as np
 
 from as2d.api import Transcriber
 from as2d.audio.windows import SpeechWindower
-from as2d.engine.as2d import SpeculativeDecoder
+from as2d.engine.as2d import SpeculativeDecoder, Utterances
 from as2d.target import Request
 from as2d.types import SAMPLE_RATE, Window, WindowResult
 
@@ -303,7 +303,8 @@ class LiveSession:
 
 
 class _Engine:
-    """The target's side of a `LiveSession`: its drafter's drafts and the target's results.
+    """The target's side of a `LiveSession`: the results of its utterances' windows, and the
+    drafter's provisional text of each, through the transcriber's decoder (`Utterances`).
 
     `say(kind, item, **fields)` says an event; `tentative()` is the pause's window as the
     session hears it now (an early job whose pause has ended is dropped)."""
@@ -327,9 +328,7 @@ class _Engine:
         self._tentative = tentative
         self._item = 0  # the utterance its drafts are of
         self._caption = ""  # the last provisional text said
-        self._draft_index = -1  # the drafter's number of the latest draft
-        self._next_index = 0
-        self._drafted: Window | None = None  # the window the latest draft is of
+        self._stream = Utterances()  # this stream's drafts, numbered by the decoder
         self._early: tuple[Window, WindowResult] | None = None
         self._error: BaseException | None = None
 
@@ -358,21 +357,20 @@ class _Engine:
             raise self._error
 
     def _use(self, transcriber: Transcriber) -> None:
-        """Works with `transcriber` (its options are the session's) and its drafter."""
+        """Works with `transcriber` (its options are the session's) and its decoder."""
         self.transcriber = transcriber
         decoder = transcriber.decoder
         self._speculative = decoder if isinstance(decoder, SpeculativeDecoder) else None
-        self.drafter = transcriber.drafter
 
     def _renew(self) -> None:
         """A lost drafter's successor, where `renew` gives one: later windows are drafted
         again (a drafter that dies mid-stream must not silence the rest of it)."""
-        if self.renew is None or self.drafter is None or not self.drafter.lost:
+        drafter = self.transcriber.drafter
+        if self.renew is None or drafter is None or not drafter.lost:
             return
         self._use(self.renew())
-        self._draft_index = -1
-        if self.drafter is not None and self._next_index > 0:
-            self.drafter.release(self._next_index - 1)  # its numbers go on from ours
+        if self._speculative is not None:
+            self._speculative.adopt(self._stream)
 
     def do(self, job: _Job) -> None:
         with self._lock:
@@ -389,12 +387,10 @@ class _Engine:
 
     def caption(self) -> None:
         """Says the latest draft's text where it changed."""
-        d = self.drafter
-        if d is None:
+        if self._speculative is None:
             return
         with self._lock:
-            d.poll()
-            text = d.text(self._draft_index).strip()
+            text = self._speculative.utterance_text(self._stream)
         if text and text != self._caption:
             self._caption = text
             self._say("delta", self._item, text=text)
@@ -408,12 +404,13 @@ class _Engine:
             result, early = self._decode(window), None
         bounds = {"start_s": window.start, "end_s": window.end}
         self._say("completed", item, text=result.text, result=result, early=bool(early), **bounds)
-        self._item, self._caption, self._early, self._drafted = item + 1, "", None, None
+        self._item, self._caption, self._early = item + 1, "", None
 
     def _decode_early(self, window: Window, item: int) -> None:
         """The pause's window, with the utterance's latest draft (drafted now where there is
         none: the target's encoder takes every core once the draft is done)."""
-        if self.drafter is not None and not self.drafter.holds(self._draft_index):
+        sd = self._speculative
+        if sd is not None and not sd.has_utterance_draft(self._stream):
             self._draft(window, item, force=True)
         self._early = (window, self._decode(window))
 
@@ -421,36 +418,15 @@ class _Engine:
         """The target's result for `window`, with the drafter's latest draft of the
         utterance as its candidates."""
         if self._speculative is not None:
-            held = self.drafter is not None and self.drafter.holds(self._draft_index)
-            at = self._draft_index
-            if not held:  # a number the drafter never had: no draft
-                at = self._take_index()
-            self._speculative.base = at - window.index
+            self._speculative.follow_utterance(self._stream, window)
         result, self.asked = self.transcriber.decode_window(window, self.asked, self._request)
         return result
 
-    def _take_index(self) -> int:
-        """A window number the drafter has not had (it may serve other sessions too)."""
-        had = self.drafter.submitted if self.drafter is not None else -1
-        index = max(self._next_index, had + 1)
-        self._next_index = index + 1
-        return index
-
     def _draft(self, window: Window, item: int, force: bool = False) -> None:
-        """Hands `window` to the drafter in place of its last one, unless that one is still
-        being drafted (a growing utterance is drafted again once it is done; `force`: the
-        pause's exact window goes at once)."""
-        d = self.drafter
-        assert d is not None
-        busy = d.holds(self._draft_index) and not d.done(self._draft_index)
-        if busy and not force:
-            return
-        index = self._take_index()
-        if self._draft_index >= 0:
-            d.release(self._draft_index)
-        if d.wants(index):
-            d.submit(replace(window, index=index), self.asked.language)
-        self._draft_index, self._drafted, self._item = index, window, item
+        """The grown utterance to the drafter (`SpeculativeDecoder.draft_utterance`)."""
+        assert self._speculative is not None
+        self._speculative.draft_utterance(self._stream, window, self.asked.language, force)
+        self._item = item
 
 
 def _same(a: Window, b: Window) -> bool:

@@ -7,6 +7,8 @@ the target starts on it. `SpeculativeDecoder` decodes one window with the candid
 output and in the user's request) and never waits for the drafter: a source with nothing
 ready proposes nothing.
 Without a drafter (`drafter=None`) it is prompt/history lookup decoding (`pld`).
+A live stream (`live.LiveSession`) has its utterances drafted as they grow and decoded by the
+same `decode`, through `Utterances` and the decoder's `*_utterance` methods.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from as2d.drafting.aligner import DrafterStreamSource, WordKeys
@@ -252,6 +254,56 @@ class SpeculativeDecoder:
                 self.gate.observe_drafting(predicted, running)
         self._heard = len(intervals)
 
+    def draft_utterance(
+        self, stream: Utterances, window: Window, language: str | None, force: bool = False
+    ) -> None:
+        """Hands a live stream's growing utterance `window` to the drafter in place of the
+        stream's last draft, unless that one is still being drafted (the grown utterance goes
+        once it is done; `force`: at once, as the pause's exact window must)."""
+        d = self.drafter
+        if d is None:
+            return
+        if d.holds(stream.draft) and not d.done(stream.draft) and not force:
+            return
+        index = self._take_number(stream)
+        if stream.draft >= 0:
+            d.release(stream.draft)
+        if d.wants(index):
+            d.submit(replace(window, index=index), language)
+        stream.draft = index
+
+    def has_utterance_draft(self, stream: Utterances) -> bool:
+        """Whether the drafter holds the stream's latest draft."""
+        return self.drafter is not None and self.drafter.holds(stream.draft)
+
+    def utterance_text(self, stream: Utterances) -> str:
+        """The stream's latest draft's text so far ("" without one)."""
+        d = self.drafter
+        if d is None:
+            return ""
+        d.poll()
+        return d.text(stream.draft).strip()
+
+    def follow_utterance(self, stream: Utterances, window: Window) -> None:
+        """The next `decode` of `window` (a live stream's utterance) reads the stream's latest
+        draft as its candidates; without one, a number the drafter never had (no draft)."""
+        held = self.has_utterance_draft(stream)
+        self.base = (stream.draft if held else self._take_number(stream)) - window.index
+
+    def adopt(self, stream: Utterances) -> None:
+        """A stream whose drafter was lost goes on with this decoder's: its next drafts'
+        numbers follow the stream's last."""
+        stream.draft = -1
+        if self.drafter is not None and stream.next > 0:
+            self.drafter.release(stream.next - 1)
+
+    def _take_number(self, stream: Utterances) -> int:
+        """A window number the drafter has not had (it may serve other streams too)."""
+        had = self.drafter.submitted if self.drafter is not None else -1
+        index = max(stream.next, had + 1)
+        stream.next = index + 1
+        return index
+
     def _drafter_wants(self, count: int) -> bool:
         return self.drafter is not None and self.drafter.wants(self.base + count)
 
@@ -273,6 +325,17 @@ class SpeculativeDecoder:
             d.submit(replace(window, index=index), self.language)  # else the target alone
             if costs is not None:
                 self._asked[index] = (input_s, costs)
+
+
+@dataclass
+class Utterances:
+    """A live stream's drafts (`live.LiveSession`): the drafter drafts each utterance as it
+    grows, each draft under a window number of its own, and the target decodes the
+    utterance's window with the latest (`SpeculativeDecoder.draft_utterance`,
+    `follow_utterance`). One per stream: streams may share a decoder and its drafter."""
+
+    draft: int = -1  # the drafter's number of the stream's latest draft (-1: none)
+    next: int = 0  # the smallest number the stream may take next
 
 
 class Payoff:
