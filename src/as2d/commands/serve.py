@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import socket
 import sys
-from typing import TextIO
 
 from as2d.commands.arguments import model_options
 from as2d.commands.common import EXIT_OK, UsageError, open_transcriber, quiet_transformers
-from as2d.commands.transcribe import print_window
+from as2d.commands.transcribe import follow, print_window
 from as2d.options import check
 from as2d.writers import STDIN
 
@@ -79,30 +77,8 @@ def listen(args: argparse.Namespace) -> int:
     with open_transcriber(options, [STDIN]) as transcriber:
         print(f"listening to {name} (Ctrl-C to stop)", file=sys.stderr)
         session = LiveSession(transcriber, endpoint_ms)
-        caption = Caption(sys.stderr)
         try:
-            for event in session.run(microphone_blocks(args.input_device)):
-                if event.kind == "delta":
-                    caption.show(event.text)
-                elif event.kind == "completed" and event.result is not None:
-                    caption.show("")
-                    print_window(event.result)
+            follow(session, microphone_blocks(args.input_device), print_window)
         except MicrophoneError as err:
             raise UsageError(str(err)) from err
     return EXIT_OK
-
-
-class Caption:
-    """The provisional text of the utterance being spoken, on one line of a terminal that it
-    rewrites (nothing where `stream` is not a terminal)."""
-
-    def __init__(self, stream: TextIO) -> None:
-        self.stream = stream
-        self.on = stream.isatty()
-
-    def show(self, text: str) -> None:
-        if self.on:
-            width = shutil.get_terminal_size().columns - 3
-            tail = text[-width:] if text else ""
-            self.stream.write("\r\033[K" + (f"… {tail}" if tail else ""))
-            self.stream.flush()

@@ -7,10 +7,11 @@ from __future__ import annotations
 import argparse
 import os
 import select
+import shutil
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 from as2d.commands.arguments import model_options
 from as2d.commands.common import (
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from as2d.api import Transcriber
+    from as2d.live import LiveSession
     from as2d.types import WindowResult
 
 
@@ -112,6 +114,36 @@ def stdin_blocks(args: argparse.Namespace) -> Iterator[np.ndarray]:
     if args.input_format == "s16le":
         return pcm_blocks(sys.stdin.buffer, args.rate, args.channels, warn=warn)
     return container_blocks(sys.stdin.buffer)
+
+
+def follow(
+    session: LiveSession, blocks: Iterable[np.ndarray], final: Callable[[WindowResult], object]
+) -> None:
+    """A live stream to its end: each utterance's result to `final`, the drafter's
+    provisional text meanwhile on a terminal's stderr (`as2d listen`, `as2d transcribe -`)."""
+    caption = Caption(sys.stderr)
+    for event in session.run(blocks):
+        if event.kind == "delta":
+            caption.show(event.text)
+        elif event.kind == "completed" and event.result is not None:
+            caption.show("")
+            final(event.result)
+
+
+class Caption:
+    """The provisional text of the utterance being spoken, on one line of a terminal that it
+    rewrites (nothing where `stream` is not a terminal)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.on = stream.isatty()
+
+    def show(self, text: str) -> None:
+        if self.on:
+            width = shutil.get_terminal_size().columns - 3
+            tail = text[-width:] if text else ""
+            self.stream.write("\r\033[K" + (f"… {tail}" if tail else ""))
+            self.stream.flush()
 
 
 def print_window(window: WindowResult) -> None:
@@ -275,23 +307,20 @@ def live_lines(
     on a terminal's stderr. The windows and texts are `transcribe_file`'s."""
     import time
 
-    from as2d.commands.serve import Caption
     from as2d.live import LiveSession
     from as2d.types import RunStats
 
     o = transcriber.options
     start = time.perf_counter()
     session = LiveSession(transcriber, endpoint_ms, early=True)
-    caption = Caption(sys.stderr)
-    results = []
+    results: list[WindowResult] = []
+
+    def final(result: WindowResult) -> None:
+        results.append(result)
+        on_window(result)
+
     try:
-        for event in session.run(blocks):
-            if event.kind == "delta":
-                caption.show(event.text)
-            elif event.kind == "completed" and event.result is not None:
-                caption.show("")
-                results.append(event.result)
-                on_window(event.result)
+        follow(session, blocks, final)
     finally:
         session.drop()  # stops the target's side where the loop failed (a reader gone)
     wall, audio_s = time.perf_counter() - start, session.windower.received_s
