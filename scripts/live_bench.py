@@ -2,7 +2,8 @@
 (`as2d.eval.live`), target-only live against as2d live, interleaved per recording.
 
     .venv/bin/python scripts/live_bench.py data-cache/hard/manifest.jsonl --subset short \\
-        --out bench-out/live [--clock real|simulated] [--limit N] [--endpoint-ms 600]
+        --out bench-out/live [--clock real|simulated] [--limit N] [--endpoint-ms 600] \\
+        [--methods four]
 
 Per utterance: the first provisional text after speech starts, `speech_stopped` after the
 audio that decided it, the final text after `speech_stopped` and after the window's end;
@@ -27,6 +28,11 @@ from as2d.types import SAMPLE_RATE
 
 METHODS = ("target", "as2d")
 LATE = "-late"  # a method name's suffix: the target waits for each endpoint (`early` off)
+EARLY = "-early"  # the target decodes in each pause, before its endpoint (`early` on)
+# Issue 36's four for a live utterance, from speech end to final text: target-only cold,
+# target-only with its work done in the pause, as2d with the drafts made while the user
+# speaks, and as2d with those and the target's work in the pause.
+FOUR = f"target,target{EARLY},as2d{LATE},as2d"
 
 
 def main() -> int:
@@ -39,7 +45,9 @@ def main() -> int:
     parser.add_argument("--endpoint-ms", type=int, default=DEFAULT_ENDPOINT_MS)
     parser.add_argument("--target", default="whisper-base")
     parser.add_argument(
-        "--methods", default=",".join(METHODS), help=f"of {METHODS}, each also with {LATE}"
+        "--methods",
+        default=",".join(METHODS),
+        help=f"of {METHODS}, each also with {LATE} or {EARLY}; four: {FOUR}",
     )
     parser.add_argument(
         "--join", action="store_true", help="one stream: the recordings joined, 1 s apart"
@@ -51,9 +59,9 @@ def main() -> int:
     rows = [json.loads(line) for line in args.manifest.read_text().splitlines() if line]
     rows = [r for r in rows if args.subset in (None, r.get("subset"))][: args.limit]
     options = {"target": args.target, "endpoint_ms": args.endpoint_ms}
-    methods = args.methods.split(",")
+    methods = (FOUR if args.methods == "four" else args.methods).split(",")
     found: dict[str, list] = {m: [] for m in methods}
-    transcribers = {m: Transcriber(method=m.removesuffix(LATE), **options) for m in methods}
+    transcribers = {m: Transcriber(method=_method(m), **options) for m in methods}
     streams = [(r["audio"], r.get("language"), [r["audio"]]) for r in rows]
     if args.join:
         streams = [("joined", rows[0].get("language"), [r["audio"] for r in rows])]
@@ -66,7 +74,7 @@ def main() -> int:
             audio = joined([load_audio(args.manifest.parent / f) for f in files])
             audio = audio[: None if args.seconds is None else round(args.seconds * SAMPLE_RATE)]
             for method, t in transcribers.items():
-                early = False if method.endswith(LATE) else None
+                early = {LATE: False, EARLY: True}.get(method[len(_method(method)) :])
                 session = LiveSession(
                     t, args.endpoint_ms, early, language=language, background=background
                 )
@@ -75,7 +83,7 @@ def main() -> int:
     finally:
         for t in transcribers.values():
             t.close()
-    report: dict[str, object] = {m: summary(found[m]) for m in methods}
+    report: dict[str, object] = {m: _row(m, summary(found[m])) for m in methods}
     if {"target", "as2d"} <= set(methods):
         target = {(u.recording, u.start_s, u.end_s): u.tokens for u in found["target"]}
         same = [target.get((u.recording, u.start_s, u.end_s)) == u.tokens for u in found["as2d"]]
@@ -87,6 +95,20 @@ def main() -> int:
     (args.out / "summary.json").write_text(json.dumps({"command": command, **report}, indent=1))
     print(json.dumps(report, indent=1))
     return 0
+
+
+def _method(name: str) -> str:
+    """The method of a name, less its suffix."""
+    return name.removesuffix(LATE).removesuffix(EARLY)
+
+
+def _row(name: str, figures: dict) -> dict:
+    """A method's figures, with what was made before the endpoint: the drafts (as2d, while
+    the user speaks) and the target's work (in the pause), and the request's time (the
+    median from speech end to final text)."""
+    drafts = "live" if _method(name) == "as2d" else None
+    prepared = bool(figures["early"])
+    return {"drafts": drafts, "prepared": prepared, "request_s": figures["final_s_p50"], **figures}
 
 
 def joined(parts: list[np.ndarray]) -> np.ndarray:
