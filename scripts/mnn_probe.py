@@ -28,7 +28,8 @@ from as2d.audio.load import load_audio
 from as2d.audio.mel import log_mel
 from as2d.backends.mnn_backend import PRECISION, MnnBackend
 from as2d.models.bundled import load_whisper_net
-from as2d.models.mnn_whisper import MnnWhisperTarget, exported, greedy
+from as2d.models.mnn_graphs import exported
+from as2d.models.mnn_whisper import MnnWhisperTarget, greedy
 from as2d.models.whisper import WhisperTarget
 from as2d.target import Request
 

@@ -22,7 +22,8 @@ import torch
 from as2d.audio.load import load_audio
 from as2d.backends.mnn_backend import MnnBackend
 from as2d.models.bundled import load_whisper_net
-from as2d.models.mnn_whisper import MnnWhisperTarget, exported
+from as2d.models.mnn_graphs import exported
+from as2d.models.mnn_whisper import MnnWhisperTarget
 from as2d.models.whisper import WhisperTarget
 from as2d.target import Request
 

@@ -15,7 +15,8 @@ import pytest
 from as2d.cli import main
 from as2d.models.cache import sha256_file
 from as2d.models.mnn_export import MANIFEST, read_export
-from as2d.models.mnn_whisper import GRAPHS, mnn_available
+from as2d.models.mnn_graphs import GRAPHS
+from as2d.models.mnn_whisper import mnn_available
 
 CLIP = Path(__file__).parents[1] / "data" / "asterisk" / "en" / "demo-nogo.wav"
 MODEL = "whisper-tiny.en"

@@ -13,7 +13,8 @@ import torch
 from as2d.api import Options, compare
 from as2d.audio.load import load_audio
 from as2d.models.bundled import load_whisper_net
-from as2d.models.mnn_whisper import MnnWhisperTarget, export, greedy, mnn_available
+from as2d.models.mnn_graphs import export
+from as2d.models.mnn_whisper import MnnWhisperTarget, greedy, mnn_available
 from as2d.models.whisper import WhisperTarget
 from as2d.target import Request
 

@@ -2,8 +2,8 @@
 mnn NAME DIR` writes it (`write_export`), `--runtime mnn --target DIR` runs from it
 (`MnnWhisperTarget.from_export`), with no torch weights and no conversion there.
 
-The folder holds the three graphs of `mnn_whisper.GRAPHS` (copied from the cache, where they
-are exported once: `mnn_whisper.exported`), the model's `config.json` (its shape; it also makes
+The folder holds the three graphs of `mnn_graphs.GRAPHS` (copied from the cache, where they
+are exported once: `mnn_graphs.exported`), the model's `config.json` (its shape; it also makes
 the folder a Whisper model to the checks of names and languages, `models/targets.py`), its
 tokenizer files and `as2d-export.json`, the manifest (`Manifest`): what the folder is, each
 graph's file, inputs, outputs and sha256, and the token ids and audio settings a decoder needs,
@@ -156,7 +156,8 @@ def write_export(
     import torch
 
     from as2d.models.bundled import load_whisper_net, weights_dir
-    from as2d.models.mnn_whisper import cache_dir, exported, has_graphs, mnn_available
+    from as2d.models.mnn_graphs import cache_dir, exported, has_graphs
+    from as2d.models.mnn_whisper import mnn_available
     from as2d.models.targets import adapter_class
 
     if is_export(name):
@@ -196,7 +197,7 @@ def _check_directory(directory: Path, force: bool) -> None:
 
 def _copy_graphs(source: Path, directory: Path) -> dict[str, GraphFile]:
     """The cache's graphs copied into `directory`, described."""
-    from as2d.models.mnn_whisper import GRAPHS
+    from as2d.models.mnn_graphs import GRAPHS
 
     graphs = {}
     for name, (inputs, outputs) in GRAPHS.items():
