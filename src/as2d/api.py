@@ -305,19 +305,10 @@ class Transcriber:
             result, asked = self.decode_window(window, asked, request_tokens, timestamps, prepared)
             tokens += len(result.token_ids)
             yield result
-        wall = time.perf_counter() - start
-        audio_s = windower.received_s
-        activity = self.decoder.activity()
-        run.finished = RunStats(
-            wall_s=wall,
-            audio_s=audio_s,
-            tokens=tokens,
-            tokens_per_s=tokens / wall if wall > 0 else 0.0,
-            rtf=wall / audio_s if audio_s > 0 else 0.0,
-            drafter=activity,
-            started_at=start,
-            language=asked.language,
-        )
+        run.finished = RunStats.since(
+            start, time.perf_counter(), windower.received_s, tokens,
+            self.decoder.activity(), asked.language,
+        )  # fmt: skip
 
     def decode_window(
         self,

@@ -105,3 +105,20 @@ class RunStats:
     drafter: DrafterActivity | None = None  # speculative methods with a drafter model
     started_at: float = 0.0  # time.perf_counter() at the start of wall_s (timelines)
     language: str | None = None  # the language decoded: given, else detected; None: no window
+
+    @classmethod
+    def since(
+        cls,
+        start: float,
+        end: float,
+        audio_s: float,
+        tokens: int,
+        drafter: DrafterActivity | None,
+        language: str | None,
+    ) -> RunStats:
+        """The figures of a run from `start` to `end` (time.perf_counter())."""
+        wall = end - start
+        return cls(
+            wall, audio_s, tokens, tokens / wall if wall > 0 else 0.0,
+            wall / audio_s if audio_s > 0 else 0.0, drafter, start, language,
+        )  # fmt: skip

@@ -228,13 +228,11 @@ def transcribe_one(
     try:
         result = run_with_progress(transcriber, file, args, live_text)
         content = render(result, args.format)
-        if live_text:
-            pass  # printed window by window
-        elif out_dir is None:
+        if out_dir is not None:
+            write_atomic(output_path(file, out_dir, args.format), content)
+        elif not live_text:  # (live text is printed window by window)
             sys.stdout.write(content)
             sys.stdout.flush()
-        else:
-            write_atomic(output_path(file, out_dir, args.format), content)
     except BrokenPipeError:
         raise  # stdout's reader has gone: not this file's failure
     except FILE_ERRORS as err:
@@ -323,10 +321,9 @@ def live_lines(
         follow(session, blocks, final)
     finally:
         session.drop()  # stops the target's side where the loop failed (a reader gone)
-    wall, audio_s = time.perf_counter() - start, session.windower.received_s
     tokens = sum(len(w.token_ids) for w in results)
-    stats = RunStats(
-        wall, audio_s, tokens, tokens / wall, wall / audio_s if audio_s else 0.0,
-        transcriber.decoder.activity(), start, session.language,
+    stats = RunStats.since(
+        start, time.perf_counter(), session.windower.received_s, tokens,
+        transcriber.decoder.activity(), session.language,
     )  # fmt: skip
     return FileResult(STDIN, o.method, o.target, o.drafter_used, results, stats)
