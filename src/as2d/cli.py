@@ -210,14 +210,7 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
         help="auto (default): whisper-tiny.en for English windows, whisper-base for others, "
         "ct2:whisper-base to translate; or a Whisper model, or ct2:NAME (CTranslate2 int8)",
     )
-    parser.add_argument(
-        "--drafter-tail",
-        default=DEFAULT_TAIL_S,
-        type=tail,
-        metavar="S|full",
-        help=f"silence after the speech the drafter's encoder reads (default {DEFAULT_TAIL_S}); "
-        "full: Whisper's 30 s",
-    )
+    add_tail_option(parser)
     parser.add_argument(
         "--endpoint-ms",
         type=int,
@@ -241,6 +234,17 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--store", default=None, help="the draft store; default $AS2D_CACHE/drafts")
     parser.add_argument("--threads", type=int, default=None, help="the target's threads")
     add_runtime_options(parser)
+
+
+def add_tail_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--drafter-tail",
+        default=DEFAULT_TAIL_S,
+        type=tail,
+        metavar="S|full",
+        help=f"silence after the speech the drafter's encoder reads (default {DEFAULT_TAIL_S}); "
+        "full: Whisper's 30 s",
+    )
 
 
 def add_runtime_options(parser: argparse.ArgumentParser, side_by_side: bool = False) -> None:
@@ -267,6 +271,7 @@ def add_bench_parser(commands: argparse._SubParsersAction) -> None:
     bench.add_argument("--methods", default=",".join(METHODS), help="comma-separated")
     bench.add_argument("--drafters", default=",".join(DRAFTERS), help="comma-separated")
     bench.add_argument("--budgets", default="auto,2,4,8,16", help="comma-separated: auto or k")
+    add_tail_option(bench)
     bench.add_argument("--repeats", type=int, default=1)
     bench.add_argument("--limit", type=int, default=None, help="only the first N recordings")
     bench.add_argument("--subset", default=None, help="only the manifest's rows of this subset")
@@ -303,6 +308,7 @@ def add_exactness_parser(commands: argparse._SubParsersAction) -> None:
     check.add_argument("--methods", default="target,as2d,pld,sd", help="comma-separated")
     check.add_argument("--drafters", default="auto,ct2:whisper-tiny.en")
     check.add_argument("--budgets", default="auto", help="comma-separated: auto or k")
+    add_tail_option(check)
     check.add_argument("--language", default=None, help="default: the dataset's, else detect")
     check.add_argument("--task", default="transcribe", choices=("transcribe", "translate"))
     check.add_argument("--limit", type=int, default=None, help="only the first N recordings")

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from as2d.cli import main
-from as2d.options import Options, drafter_spec, prepare_drafter
+from as2d.options import Options, drafter_spec, preparing
 from as2d.runtime.drafts import DraftStore, StoredDraft, drafter_needed, stored_drafts
 from as2d.runtime.spec import DrafterSpec
 from as2d.types import Window
@@ -23,7 +23,7 @@ DATA = Path(__file__).resolve().parents[1] / "data"
 CLIP = DATA / "asterisk" / "en" / "demo-nogo.wav"
 
 
-def test_drafts_are_keyed_by_content_drafter_task_and_language(tmp_path):
+def test_drafts_are_keyed_by_content_drafter_input_task_and_language(tmp_path):
     copy = tmp_path / "copy.wav"
     shutil.copy(CLIP, copy)
     other = tmp_path / "other.wav"
@@ -35,27 +35,37 @@ def test_drafts_are_keyed_by_content_drafter_task_and_language(tmp_path):
         DraftStore.key(CLIP, DrafterSpec("ct2:whisper-tiny.en")),
         DraftStore.key(CLIP, DrafterSpec("whisper-base", task="translate")),
         DraftStore.key(CLIP, DrafterSpec("whisper-base", language="fr")),
+        DraftStore.key(CLIP, DrafterSpec("whisper-tiny.en", tail_s=None)),
+        DraftStore.key(CLIP, DrafterSpec("whisper-tiny.en", tail_s=2.0)),
     }
-    assert len(keys) == 5
+    assert len(keys) == 7
     assert DraftStore.key(copy, spec) == DraftStore.key(CLIP, spec)  # content, not name
 
 
 def test_recordings_are_prepared_by_the_drafter_that_agrees_best_and_requests_find_them(
     tmp_path,
 ):
-    """Nobody waits for drafts made ahead, so they come from the target's own int8 copy, not
-    the fast live drafter; a request with the default drafter finds them where it has none of
-    its own, and its own first where both are kept (a bench compares drafters that way)."""
-    assert prepare_drafter(Options()) == "ct2:whisper-base"
-    assert prepare_drafter(Options(target="whisper-tiny.en")) == "ct2:whisper-tiny.en"
-    assert prepare_drafter(Options(drafter="whisper-tiny.en")) == "whisper-tiny.en"  # named
-    assert prepare_drafter(Options(target=str(tmp_path))) == "auto"  # no copy of it
+    """Nobody waits for drafts made ahead, so they come from the target's own weights on the
+    target's own input, not the fast live drafter; a request with the default drafter finds
+    them where it has none of its own, and its own first where both are kept (a bench
+    compares drafters that way)."""
+
+    def ahead(options: Options) -> tuple[str, float | None]:
+        prepared = preparing(options)
+        return prepared.drafter, prepared.drafter_tail_s
+
+    assert ahead(Options()) == ("whisper-base", None)
+    assert ahead(Options(target="whisper-tiny.en")) == ("whisper-tiny.en", None)
+    assert ahead(Options(drafter="whisper-tiny.en")) == ("whisper-tiny.en", 1.0)  # named
+    assert ahead(Options(target=str(tmp_path))) == ("auto", 1.0)  # not a bundled target
     options = Options(drafts_dir=str(tmp_path / "drafts"), language="en")
     live = drafter_spec(options)
     assert live is not None
     store = DraftStore(tmp_path / "drafts")
     window = StoredDraft(0.0, 1.0, " prepared")
-    store.save(store.key(CLIP, replace(live, name=prepare_drafter(options))), [window])
+    store.save(store.key(CLIP, replace(live, name="whisper-base")), [StoredDraft(0, 1, " sized")])
+    assert stored_drafts(options, CLIP) is None  # another input's drafts: not preparation's
+    store.save(store.key(CLIP, replace(live, name="whisper-base", tail_s=None)), [window])
     found = stored_drafts(options, CLIP)
     assert found is not None and found.text(0) == " prepared"
     store.save(store.key(CLIP, live), [StoredDraft(0.0, 1.0, " own")])

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from as2d.commands.arguments import prepare_options
 from as2d.commands.common import EXIT_OK, EXIT_SOME_FAILED, EXIT_USAGE, fail
-from as2d.options import Options, drafter_spec, prepare_drafter
+from as2d.options import Options, drafter_spec, preparing
 
 
 def draft_files(args: argparse.Namespace) -> int:
@@ -47,7 +47,7 @@ def prepare_files(args: argparse.Namespace) -> int:
     from as2d.runtime.prepared import prepare
 
     options = prepare_options(args)
-    accurate = replace(options, drafter=prepare_drafter(options))
+    accurate = preparing(options)
     spec = None if args.no_drafts else drafter_spec(accurate)
     store = draft_store(Path(args.store) if args.store else None)
     drafter = None
@@ -64,7 +64,7 @@ def prepare_files(args: argparse.Namespace) -> int:
                 fail(file_failure(file, err), EXIT_USAGE)
                 continue
             seconds = time.perf_counter() - start
-            what = f"drafts ({spec.name}) and " if spec is not None else ""
+            what = f"drafts ({spec.label}) and " if spec is not None else ""
             print(
                 f"{file}: prepared {done.encoded} windows: {what}{options.target}'s encoder "
                 f"on {transcriber.threads} threads, {seconds:.1f} s",

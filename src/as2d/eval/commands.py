@@ -157,6 +157,7 @@ def dataset_configs(args: argparse.Namespace) -> tuple[list[Recording], list[Con
         runtime=runtimes[0],  # each configuration names its own
         device=args.device,
         dtype=args.dtype,
+        drafter_tail_s=args.drafter_tail,
         drafts="off",  # a benchmark's drafter drafts: stored drafts would skew its numbers
         # bench: timed apart from decoding (WindowResult.align_s); exactness times nothing
         timestamps=getattr(args, "timestamps", "none"),

@@ -20,8 +20,8 @@ from contextlib import suppress
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from as2d.drafting.family import DraftModel, draft_audio
-from as2d.options import Options, drafter_spec, prepare_drafter
+from as2d.drafting.family import DEFAULT_TAIL_S, DraftModel, draft_audio
+from as2d.options import Options, drafter_spec, preparing
 from as2d.runtime.spec import DrafterSpec
 from as2d.types import Window
 from as2d.writers import write_atomic
@@ -91,8 +91,11 @@ class DraftStore:
 
     @staticmethod
     def key(audio: Path, spec: DrafterSpec) -> str:
-        """The audio's content hash, with what made the drafts."""
+        """The audio's content hash, with what made the drafts (the encoder's input where it
+        is not the default one: drafts of the same drafter on another input differ)."""
         maker = f"{spec.name}|{spec.task}|{spec.language}"
+        if spec.tail_s != DEFAULT_TAIL_S:
+            maker += f"|tail={'full' if spec.tail_s is None else spec.tail_s}"
         return audio_hash(audio) + "-" + hashlib.sha256(maker.encode()).hexdigest()[:12]
 
     def load(self, key: str) -> Drafts | None:
@@ -170,19 +173,21 @@ def draft_store(root: Path | None = None) -> DraftStore:
 def stored_drafts(options: Options, audio: object) -> Drafts | None:
     """The drafts stored for `audio` (a path) by the drafter of `options` (as2d, with
     `options.drafts` "auto"), else those of the drafter that prepares recordings
-    (`prepare_drafter`: `as2d prepare`, a server's recordings), else None."""
+    (`preparing`: `as2d prepare`, a server's recordings), else None."""
     spec = drafter_spec(options)
     if spec is None or options.drafts == "off" or not isinstance(audio, (str, Path)):
         return None
     store = draft_store(Path(options.drafts_dir) if options.drafts_dir else None)
     if not store.root.is_dir() or not Path(audio).is_file():
         return None
-    names = dict.fromkeys((spec.name, prepare_drafter(options)))  # its own first
+    ahead = drafter_spec(preparing(options))
+    assert ahead is not None  # method as2d
+    makers = dict.fromkeys(((spec.name, spec.tail_s), (ahead.name, ahead.tail_s)))  # its own first
     # in the request's language, else drafted with none given (the drafter's own guess): a
     # recording prepared with the language unset serves requests that name it
     languages = dict.fromkeys((spec.language, None))
-    for name, language in ((n, lang) for n in names for lang in languages):
-        key = store.key(Path(audio), replace(spec, name=name, language=language))
+    for (name, tail_s), language in ((m, lang) for m in makers for lang in languages):
+        key = store.key(Path(audio), replace(spec, name=name, tail_s=tail_s, language=language))
         if (drafts := store.load(key)) is not None:
             return drafts
     return None

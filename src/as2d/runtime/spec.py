@@ -49,6 +49,14 @@ class DrafterSpec:
             raise ValueError(f"fault must be None or one of {FAULTS}, got {self.fault!r}")
 
     @property
+    def label(self) -> str:
+        """Its name, with its encoder's input where that is not the default: e.g.
+        "whisper-base (full input)", "whisper-tiny.en (tail 2.0 s)"."""
+        if self.tail_s == DEFAULT_TAIL_S:
+            return self.name
+        return f"{self.name} ({'full input' if self.tail_s is None else f'tail {self.tail_s} s'})"
+
+    @property
     def family(self) -> DrafterFamily:
         """What kind of drafter `name` stands for."""
         return DrafterFamily(self.name)

@@ -21,7 +21,6 @@ form; `stream=true` sends server-sent events as windows finish), `POST /v1/chat/
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import shutil
 import sys
@@ -35,7 +34,7 @@ import uvicorn
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 
-from as2d.options import Options, drafter_spec, prepare_drafter
+from as2d.options import Options, drafter_spec, preparing
 from as2d.runtime.drafts import draft_store
 from as2d.server.access import Access, AccessMiddleware
 from as2d.server.audio_api import AudioApi
@@ -59,7 +58,7 @@ def create_app(
     access = access or Access()  # None: no key, no foreign origin
     metrics = Metrics()
     store = draft_store(Path(options.drafts_dir) if options.drafts_dir else None)
-    accurate = dataclasses.replace(options, drafter=prepare_drafter(options))  # nobody waits for it
+    accurate = preparing(options)  # nobody waits for it
     spec = drafter_spec(accurate) if options.drafts == "auto" else None
     recordings = Recordings(store, spec, int(max_recordings_mb * 2**20))
     engine = Engine(options, queue_size, metrics, recordings)

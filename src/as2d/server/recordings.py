@@ -123,7 +123,7 @@ class Recordings:
         return recording
 
     def public(self, recording: Recording) -> dict[str, Any]:
-        drafter = self.spec.name if self.spec is not None else None
+        drafter = self.spec.label if self.spec is not None else None
         return recording.public(drafter, self.encoders.windows(recording.audio))
 
     def delete(self, rid: str) -> bool:
