@@ -474,7 +474,7 @@ def test_a_recording_sent_ahead_is_prepared_while_idle_answered_alike_and_delete
         recording = _recording(url, recording["id"])
     assert recording["status"] == "ready" and recording["drafted_s"] == recording["duration_s"]
     assert recording["prepared"] == {
-        "drafter": "whisper-base (full input)",  # the most accurate: nobody waits for it
+        "drafter": "ct2:whisper-base",  # the most accurate: nobody waits for it
         "drafted_windows": 4,
         "encoded_windows": 4,
         "windows": 4,

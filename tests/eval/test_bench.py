@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 
 from as2d.api import Options
-from as2d.cli import main
+from as2d.cli import build_parser, main
 from as2d.engine.policy import FixedBudget
 from as2d.eval.bench import BenchSettings, _load, run_bench
 from as2d.eval.catalog import Config, catalog
+from as2d.eval.commands import dataset_configs
 from as2d.eval.datasets import load_dataset
 from as2d.eval.report import write_outputs
 from as2d.eval.summary import RunInfo
@@ -121,6 +122,15 @@ def test_bench_with_drafts_made_ahead(dataset, tmp_path, capsys):
     assert summary["drafting_s"]["whisper-tiny.en"] > 0
     assert "every draft made before the timed runs" in (out / "report.md").read_text()
     assert list((out / "drafts").glob("*.json"))  # the drafts it used, kept with the results
+
+
+@pytest.mark.parametrize(("given", "tail_s"), [([], 1.0), (["--drafter-tail", "full"], None)])
+def test_bench_and_exactness_run_the_drafters_on_the_encoder_input_asked(dataset, given, tail_s):
+    """`--drafter-tail S|full` reaches every configuration's drafter, as it does a request's
+    (drafts made ahead on Whisper's full input are another drafter's: `DraftStore.key`)."""
+    for command, more in (("bench", ["--out", "x"]), ("exactness", [])):
+        args = build_parser().parse_args([command, str(dataset), *more, *given])
+        assert dataset_configs(args)[2].drafter_tail_s == tail_s
 
 
 def test_bench_prepared_times_requests_with_and_without_the_work_made_ahead(dataset, tmp_path):

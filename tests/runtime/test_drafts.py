@@ -45,17 +45,16 @@ def test_drafts_are_keyed_by_content_drafter_input_task_and_language(tmp_path):
 def test_recordings_are_prepared_by_the_drafter_that_agrees_best_and_requests_find_them(
     tmp_path,
 ):
-    """Nobody waits for drafts made ahead, so they come from the target's own weights on the
-    target's own input, not the fast live drafter; a request with the default drafter finds
-    them where it has none of its own, and its own first where both are kept (a bench
-    compares drafters that way)."""
+    """Nobody waits for drafts made ahead, so they come from the target's own int8 copy, not
+    the fast live drafter; a request with the default drafter finds them where it has none of
+    its own, and its own first where both are kept (a bench compares drafters that way)."""
 
     def ahead(options: Options) -> tuple[str, float | None]:
         prepared = preparing(options)
         return prepared.drafter, prepared.drafter_tail_s
 
-    assert ahead(Options()) == ("whisper-base", None)
-    assert ahead(Options(target="whisper-tiny.en")) == ("whisper-tiny.en", None)
+    assert ahead(Options()) == ("ct2:whisper-base", 1.0)
+    assert ahead(Options(target="whisper-tiny.en")) == ("ct2:whisper-tiny.en", 1.0)
     assert ahead(Options(drafter="whisper-tiny.en")) == ("whisper-tiny.en", 1.0)  # named
     assert ahead(Options(target=str(tmp_path))) == ("auto", 1.0)  # not a bundled target
     options = Options(drafts_dir=str(tmp_path / "drafts"), language="en")
@@ -63,9 +62,10 @@ def test_recordings_are_prepared_by_the_drafter_that_agrees_best_and_requests_fi
     assert live is not None
     store = DraftStore(tmp_path / "drafts")
     window = StoredDraft(0.0, 1.0, " prepared")
-    store.save(store.key(CLIP, replace(live, name="whisper-base")), [StoredDraft(0, 1, " sized")])
+    full = replace(live, name="ct2:whisper-base", tail_s=None)
+    store.save(store.key(CLIP, full), [StoredDraft(0, 1, " full")])
     assert stored_drafts(options, CLIP) is None  # another input's drafts: not preparation's
-    store.save(store.key(CLIP, replace(live, name="whisper-base", tail_s=None)), [window])
+    store.save(store.key(CLIP, replace(live, name="ct2:whisper-base")), [window])
     found = stored_drafts(options, CLIP)
     assert found is not None and found.text(0) == " prepared"
     store.save(store.key(CLIP, live), [StoredDraft(0.0, 1.0, " own")])

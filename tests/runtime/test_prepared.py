@@ -189,7 +189,7 @@ def test_prepare_then_transcribe_over_a_damaged_store(tmp_path):
     )
     assert run.returncode == 0, run.stderr
     assert "prepared 1 window" in run.stderr
-    assert "drafts (whisper-base (full input))" in run.stderr  # the most accurate, not the fastest
+    assert "drafts (ct2:whisper-base)" in run.stderr  # the most accurate, not the fastest
     (enc,) = store.glob("encoder/*/*.enc")
     enc.write_bytes(enc.read_bytes()[:1000])
     outs = []
