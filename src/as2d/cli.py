@@ -237,6 +237,7 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
 
 
 def add_tail_option(parser: argparse.ArgumentParser) -> None:
+    """The drafter's encoder input (requests, and every drafter of `bench` and `exactness`)."""
     parser.add_argument(
         "--drafter-tail",
         default=DEFAULT_TAIL_S,
