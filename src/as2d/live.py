@@ -376,11 +376,11 @@ class _Engine:
         with self._lock:
             self._renew()
             if job.kind == "draft":
-                self._draft(job.window, job.item)
+                self._draft(job.window)
             elif job.kind == "early":
                 now = self._tentative()
                 if now is not None and _same(now, job.window):  # still the pause's window
-                    self._decode_early(job.window, job.item)
+                    self._decode_early(job.window)
             else:
                 self._final(job.window, job.item)
         self.caption()
@@ -406,12 +406,12 @@ class _Engine:
         self._say("completed", item, text=result.text, result=result, early=bool(early), **bounds)
         self._item, self._caption, self._early = item + 1, "", None
 
-    def _decode_early(self, window: Window, item: int) -> None:
+    def _decode_early(self, window: Window) -> None:
         """The pause's window, with the utterance's latest draft (drafted now where there is
         none: the target's encoder takes every core once the draft is done)."""
         sd = self._speculative
         if sd is not None and not sd.has_utterance_draft(self._stream):
-            self._draft(window, item, force=True)
+            self._draft(window, force=True)
         self._early = (window, self._decode(window))
 
     def _decode(self, window: Window) -> WindowResult:
@@ -422,11 +422,10 @@ class _Engine:
         result, self.asked = self.transcriber.decode_window(window, self.asked, self._request)
         return result
 
-    def _draft(self, window: Window, item: int, force: bool = False) -> None:
+    def _draft(self, window: Window, force: bool = False) -> None:
         """The grown utterance to the drafter (`SpeculativeDecoder.draft_utterance`)."""
         assert self._speculative is not None
         self._speculative.draft_utterance(self._stream, window, self.asked.language, force)
-        self._item = item
 
 
 def _same(a: Window, b: Window) -> bool:
